@@ -1,0 +1,1 @@
+"""The three Taskloom processes: board, hub and loop subscriber. They share only ``shared``."""

@@ -1,0 +1,1 @@
+"""The board process (``taskd``): SQLite store, domain commands, HTTP API, SSE stream, web UI."""

@@ -1,0 +1,114 @@
+"""Reading the activity log: head, replay by revision, filtered pages, and the frame shape.
+
+Every function takes a read connection (``store.query(fn, ...)``) so one call is one snapshot.
+"""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+from typing import Any
+
+import orjson
+
+from shared.errors import validation
+
+ACTIVITY_COLUMNS = "id, task_id, project_id, actor_kind, actor_id, event, changes_json, revision, created_at"
+REPLAY_PAGE = 500
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+
+
+def to_frame(row: sqlite3.Row) -> dict[str, Any]:
+    """The activity frame of SPEC §6.1; the same shape on every surface."""
+    return {
+        "id": row["id"],
+        "revision": row["revision"],
+        "task_id": row["task_id"],
+        "project_id": row["project_id"],
+        "actor_kind": row["actor_kind"],
+        "actor_id": row["actor_id"],
+        "event": row["event"],
+        "changes": orjson.loads(row["changes_json"]),
+        "created_at": row["created_at"],
+    }
+
+
+def head(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
+
+
+def board_meta(conn: sqlite3.Connection) -> dict[str, str]:
+    return {row["key"]: row["value"] for row in conn.execute("SELECT key, value FROM board_meta")}
+
+
+def replay_after(conn: sqlite3.Connection, cursor: int, limit: int = REPLAY_PAGE) -> list[sqlite3.Row]:
+    """Streamable rows with ``revision > cursor`` in revision order (NULL revisions never stream)."""
+    return conn.execute(
+        f"SELECT {ACTIVITY_COLUMNS} FROM task_activities WHERE revision > ? ORDER BY revision LIMIT ?",
+        (cursor, limit),
+    ).fetchall()
+
+
+def encode_cursor(value: int) -> str:
+    return base64.urlsafe_b64encode(f"a:{value}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(text: str) -> int:
+    """Opaque keyset cursors; a malformed one is a clear 400, never a silent restart."""
+    try:
+        padded = text + "=" * (-len(text) % 4)
+        kind, _, value = base64.urlsafe_b64decode(padded.encode()).decode().partition(":")
+        if kind != "a" or not value.isdigit():
+            raise ValueError
+        return int(value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise validation("malformed cursor", cursor=text) from exc
+
+
+def list_activities(
+    conn: sqlite3.Connection,
+    *,
+    after: int | None = None,
+    cursor: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+    order: str = "asc",
+    project: str | None = None,
+    task_id: str | None = None,
+    events: list[str] | None = None,
+    actor: str | None = None,
+) -> dict[str, Any]:
+    """A keyset page of activities by id; ``after`` filters by revision, ``cursor`` continues a page."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if after is not None:
+        clauses.append("revision > ?")
+        params.append(after)
+    if project is not None:
+        clauses.append("project_id = ?")
+        params.append(project)
+    if task_id is not None:
+        clauses.append("task_id = ?")
+        params.append(task_id)
+    if events:
+        clauses.append(f"event IN ({', '.join('?' for _ in events)})")
+        params.extend(events)
+    if actor is not None:
+        clauses.append("actor_id = ?")
+        params.append(actor)
+    descending = order == "desc"
+    if cursor is not None:
+        clauses.append("id < ?" if descending else "id > ?")
+        params.append(decode_cursor(cursor))
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    direction = "DESC" if descending else "ASC"
+    rows = conn.execute(
+        f"SELECT {ACTIVITY_COLUMNS} FROM task_activities {where} ORDER BY id {direction} LIMIT ?",
+        (*params, limit + 1),
+    ).fetchall()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return {
+        "items": [to_frame(row) for row in rows],
+        "next_cursor": encode_cursor(rows[-1]["id"]) if more else None,
+    }

@@ -1,0 +1,248 @@
+"""Route declarations, request validation and JSON responses for the HTTP API (SPEC §5).
+
+Each route module declares ``ROUTES``: method, path, handler and the schema of its query and body.
+The same declarations register the aiohttp handlers and generate ``/api/v1/openapi.json``, and
+unknown query parameters or body fields are refused by name before a handler runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from shared.errors import TaskloomError, validation
+
+from .store import Actor, SqliteStore
+
+MAX_BODY_BYTES = 1 << 20
+MAX_ATTACHMENT_BYTES = 8 << 20
+PREFIX = "/api/v1"
+
+
+@dataclass(frozen=True)
+class F:
+    """One field of a query or body schema."""
+
+    type: str  # "str" | "int" | "bool" | "list" | "dict" | "any"
+    required: bool = False
+    nullable: bool = False
+    enum: tuple[str, ...] | None = None
+    items: str | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+    description: str = ""
+
+
+Schema = Mapping[str, F]
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "bool": (bool,),
+    "list": (list,),
+    "dict": (dict,),
+    "any": (object,),
+}
+
+
+def _check_value(name: str, spec: F, value: Any) -> Any:
+    if value is None:
+        if spec.nullable:
+            return None
+        raise validation(f"{name} must not be null", field=name)
+    expected = _PY_TYPES[spec.type]
+    # bool is an int in Python; a JSON true is never a valid count.
+    if not isinstance(value, expected) or (spec.type == "int" and isinstance(value, bool)):
+        raise validation(f"{name} must be of type {spec.type}", field=name, value=value)
+    if spec.enum is not None and value not in spec.enum:
+        raise validation(f"{name} must be one of {', '.join(spec.enum)}", field=name, value=value)
+    if spec.type == "int":
+        if spec.minimum is not None and value < spec.minimum:
+            raise validation(f"{name} must be at least {spec.minimum}", field=name, value=value)
+        if spec.maximum is not None and value > spec.maximum:
+            raise validation(f"{name} must be at most {spec.maximum}", field=name, value=value)
+    if spec.type == "list" and spec.items is not None:
+        for item in value:
+            if not isinstance(item, _PY_TYPES[spec.items]):
+                raise validation(f"{name} must be a list of {spec.items}", field=name, value=value)
+    return value
+
+
+def check_body(payload: Any, schema: Schema) -> dict[str, Any]:
+    if not isinstance(payload, dict):
+        raise validation("the request body must be a JSON object", received=type(payload).__name__)
+    unknown = sorted(set(payload) - set(schema))
+    if unknown:
+        raise validation(f"unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}", unknown=unknown)
+    checked: dict[str, Any] = {}
+    for name, spec in schema.items():
+        if name not in payload:
+            if spec.required:
+                raise validation(f"{name} is required", field=name)
+            continue
+        checked[name] = _check_value(name, spec, payload[name])
+    return checked
+
+
+def _parse_query_value(name: str, spec: F, raw: str) -> Any:
+    if spec.type == "int":
+        if not raw.lstrip("-").isdigit():
+            raise validation(f"{name} must be an integer", field=name, value=raw)
+        return _check_value(name, spec, int(raw))
+    if spec.type == "bool":
+        if raw not in ("true", "false", "1", "0"):
+            raise validation(f"{name} must be true or false", field=name, value=raw)
+        return raw in ("true", "1")
+    if spec.type == "list":
+        items = [item for item in raw.split(",") if item]
+        for item in items:
+            if spec.enum is not None and item not in spec.enum:
+                raise validation(f"{name} must name only {', '.join(spec.enum)}", field=name, value=item)
+        return items
+    return _check_value(name, spec, raw)
+
+
+def check_query(query: Mapping[str, str], schema: Schema) -> dict[str, Any]:
+    unknown = sorted(set(query) - set(schema))
+    if unknown:
+        raise validation(f"unknown query parameter{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}", unknown=unknown)
+    checked: dict[str, Any] = {}
+    for name, spec in schema.items():
+        if name in query:
+            checked[name] = _parse_query_value(name, spec, query[name])
+        elif spec.required:
+            raise validation(f"{name} is required", field=name)
+    return checked
+
+
+LIST_QUERY: Schema = {
+    "limit": F("int", minimum=1, maximum=1000, description="page size, 1–1000 (default 100)"),
+    "cursor": F("str", description="opaque cursor from next_cursor"),
+}
+
+
+def json_response(payload: Any, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(payload), status=status, content_type="application/json", headers=headers
+    )
+
+
+def error_response(error: TaskloomError, *, headers: Mapping[str, str] | None = None) -> web.Response:
+    return json_response(error.body(), status=error.status, headers=headers)
+
+
+@dataclass
+class Created:
+    """A handler result answered with 201."""
+
+    payload: Any
+
+
+@dataclass
+class Call:
+    """What a handler gets: the validated query and body, the path parameters, the store."""
+
+    request: web.Request
+    store: SqliteStore
+    query: dict[str, Any]
+    body: dict[str, Any]
+    path: Mapping[str, str]
+
+    @property
+    def actor(self) -> Actor:
+        return resolve_actor(self.request)
+
+    @property
+    def settings(self) -> Any:
+        from .app import SETTINGS  # the app module owns the keys; imported late to avoid a cycle
+
+        return self.request.app[SETTINGS]
+
+
+Handler = Callable[[Call], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    query: Schema = field(default_factory=dict)
+    body: Schema | None = None
+    #: Raw bodies (attachments) skip JSON parsing; the handler reads the bytes itself.
+    raw_body: bool = False
+    max_body: int = MAX_BODY_BYTES
+    auth: bool = True
+    tag: str = "board"
+
+
+ACTOR_HEADER = "X-Taskloom-Actor"
+ACTOR_KIND_HEADER = "X-Taskloom-Actor-Kind"
+DEFAULT_ACTOR = web.AppKey("default_actor", object)
+
+
+def resolve_actor(request: web.Request) -> Actor:
+    """Headers, then the token's configured default actor, else 403 ACTOR_REQUIRED (SPEC §4.1)."""
+    actor_id = request.headers.get(ACTOR_HEADER, "").strip()
+    kind = request.headers.get(ACTOR_KIND_HEADER, "").strip() or "human"
+    if actor_id:
+        if len(actor_id) > 200 or len(kind) > 64:
+            raise validation("actor id or kind is too long", actor=actor_id[:64])
+        return Actor(kind, actor_id)
+    default = request.app.get(DEFAULT_ACTOR)
+    if isinstance(default, Actor):
+        return default
+    raise TaskloomError(
+        "ACTOR_REQUIRED",
+        f"every write names its actor: send {ACTOR_HEADER} (and {ACTOR_KIND_HEADER})",
+        hint="taskctl fills these from --actor/--actor-kind or TASKLOOM_ACTOR/TASKLOOM_ACTOR_KIND",
+    )
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """Read at most ``limit`` bytes; a longer body is 413 whatever its Content-Length claims."""
+    if request.content_length is not None and request.content_length > limit:
+        raise TaskloomError(
+            "PAYLOAD_TOO_LARGE",
+            f"request body is {request.content_length} bytes; the limit is {limit}",
+            details={"limit": limit},
+        )
+    data = await request.content.read(limit + 1)
+    if len(data) > limit:
+        raise TaskloomError("PAYLOAD_TOO_LARGE", f"request body exceeds {limit} bytes", details={"limit": limit})
+    return data
+
+
+def parse_json(data: bytes) -> Any:
+    try:
+        return orjson.loads(data) if data else {}
+    except orjson.JSONDecodeError as exc:
+        raise validation(f"the request body is not valid JSON: {exc}") from exc
+
+
+def to_aiohttp(route: Route, store_key: web.AppKey[SqliteStore]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        query = check_query(request.query, route.query)
+        body: dict[str, Any] = {}
+        if route.body is not None:
+            body = check_body(parse_json(await read_body(request, route.max_body)), route.body)
+        elif not route.raw_body and request.method in ("POST", "PUT", "PATCH"):
+            # A route without a body schema takes none; anything sent is refused, not ignored.
+            extra = await read_body(request, route.max_body)
+            if extra.strip() not in (b"", b"{}"):
+                check_body(parse_json(extra), {})
+        call = Call(request, request.app[store_key], query, body, request.match_info)
+        result = await route.handler(call)
+        if isinstance(result, web.StreamResponse):
+            return result
+        if isinstance(result, Created):
+            return json_response(result.payload, status=201)
+        return json_response(result)
+
+    handle.__name__ = route.handler.__name__
+    return handle

@@ -1,0 +1,170 @@
+"""The board's aiohttp application: middlewares, route registration, lifecycle."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+from aiohttp import web
+
+from shared.errors import TaskloomError
+
+from . import api, auth, ui
+from .api import Route
+from .routes import ALL_ROUTES
+from .store import Actor, SqliteStore
+
+log = structlog.get_logger("taskd")
+
+
+@dataclass(frozen=True)
+class BoardSettings:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 7431
+    #: Extra Host header names accepted besides loopback (the DNS-rebinding guard).
+    allowed_hosts: tuple[str, ...] = ()
+    default_actor: Actor | None = None
+    max_streams: int = 1024
+    ping_interval: float = 15.0
+    retry_ms: int = 1000
+    stream_lifetime: float | None = None
+    #: How often another process's commits are looked for (PRAGMA data_version), seconds.
+    external_poll_interval: float = 0.05
+    claim_fresh_seconds: float = 10 * 60
+    claim_stale_seconds: float = 6 * 60 * 60
+    archive_quiet_seconds: float = 0.0
+
+    @property
+    def database_path(self) -> Path:
+        return self.data_dir / "board.sqlite"
+
+    @property
+    def token_path(self) -> Path:
+        return self.data_dir / "token"
+
+    @property
+    def attachments_dir(self) -> Path:
+        return self.data_dir / "attachments"
+
+
+SETTINGS = web.AppKey("settings", BoardSettings)
+STORE = web.AppKey("store", SqliteStore)
+CREDENTIALS = web.AppKey("credentials", auth.Credentials)
+
+PUBLIC_PATHS = frozenset({"/health", "/login"})
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: api.Handler) -> web.StreamResponse:  # type: ignore[type-arg]
+    """Every failure leaves as the JSON error body of SPEC §5."""
+    try:
+        return await handler(request)
+    except TaskloomError as error:
+        headers = {"Retry-After": str(error.details.get("retry_after", 1))} if error.status == 503 else None
+        return api.error_response(error, headers=headers)
+    except web.HTTPNotFound:
+        return api.error_response(TaskloomError("NOT_FOUND", f"no route for {request.path}"))
+    except web.HTTPMethodNotAllowed as exc:
+        return api.error_response(
+            TaskloomError("METHOD_NOT_ALLOWED", f"{request.method} is not allowed on {request.path}",
+                          details={"allowed": sorted(exc.allowed_methods)})
+        )
+    except web.HTTPRequestEntityTooLarge as exc:
+        return api.error_response(TaskloomError("PAYLOAD_TOO_LARGE", str(exc.text)))
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("request_failed", method=request.method, path=request.path)
+        return api.error_response(TaskloomError("INTERNAL", "internal error; see the board log"))
+
+
+@web.middleware
+async def guard_middleware(request: web.Request, handler: api.Handler) -> web.StreamResponse:  # type: ignore[type-arg]
+    """The Host guard for every request, then the token or session cookie for all but public paths."""
+    settings = request.app[SETTINGS]
+    if not auth.host_allowed(request.headers.get("Host"), settings.allowed_hosts):
+        raise TaskloomError(
+            "FORBIDDEN_HOST",
+            "this board answers only loopback host names",
+            details={"host": request.headers.get("Host")},
+            hint="add the name with taskd serve --allow-host NAME",
+        )
+    if request.path in PUBLIC_PATHS or request.path == "/" or request.path.startswith("/static/"):
+        return await handler(request)
+    credentials = request.app[CREDENTIALS]
+    if credentials.check_bearer(request.headers.get("Authorization")):
+        return await handler(request)
+    if credentials.check_session(request.cookies.get(auth.SESSION_COOKIE)):
+        return await handler(request)
+    raise TaskloomError(
+        "UNAUTHORIZED",
+        "missing or wrong token",
+        hint="send Authorization: Bearer <token from the board's token file>, or log in through a link from taskctl open",
+    )
+
+
+async def health(request: web.Request) -> web.Response:
+    return api.json_response({"ok": True})
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    """Trade a one-time code for the session cookie, then land on the board page."""
+    code = request.query.get("code", "")
+    credentials = request.app[CREDENTIALS]
+    if not credentials.redeem_login_code(code):
+        raise TaskloomError("UNAUTHORIZED", "this login link is used or expired", hint="taskctl open prints a new one")
+    response = web.HTTPFound("/")
+    response.set_cookie(auth.SESSION_COOKIE, credentials.new_session(), httponly=True, samesite="Strict", path="/")
+    raise response
+
+
+def register(app: web.Application, routes: list[Route]) -> None:
+    for route in routes:
+        app.router.add_route(route.method, route.path, api.to_aiohttp(route, STORE))
+
+
+def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> web.Application:
+    """The board application; it owns (opens and closes) its store unless one is passed in."""
+    app = web.Application(
+        middlewares=[errors_middleware, guard_middleware],
+        client_max_size=api.MAX_ATTACHMENT_BYTES + 1024,
+    )
+    app[SETTINGS] = settings
+    if settings.default_actor is not None:
+        app[api.DEFAULT_ACTOR] = settings.default_actor
+    token = auth.load_or_create_token(settings.token_path)
+    app[CREDENTIALS] = auth.Credentials(token)
+    owned = store is None
+    app[STORE] = store or SqliteStore(settings.database_path)
+
+    async def store_lifecycle(app: web.Application) -> AsyncIterator[None]:
+        if owned:
+            app[STORE].open()
+        yield
+        if owned:
+            app[STORE].close()
+
+    app.cleanup_ctx.append(store_lifecycle)
+    app.router.add_get("/health", health)
+    app.router.add_get("/login", login)
+    register(app, ALL_ROUTES)
+    ui.setup(app)
+    return app
+
+
+def configure_logging(*, json: bool) -> None:
+    """structlog JSON lines when not on a TTY (journald friendly), console lines on a TTY."""
+    renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+    )

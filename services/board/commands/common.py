@@ -1,0 +1,135 @@
+"""Helpers shared by the commands: lookups, optimistic concurrency, labels and the actor dictionary.
+
+The helpers that write (``touch_actor``, ``apply_labels``, ``set_status``) hand their audit to
+the calling command, which appends the activity row; ``tests/contract`` names them as exempt.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import uuid
+from typing import Any
+
+import orjson
+
+from shared.errors import TaskloomError, validation
+
+from .. import domain
+from ..queries import require_task
+from ..store import Tx
+
+LABEL_MAX_CHARS = 64
+_LABEL_SPACES = re.compile(r"\s+")
+_LABEL_ALLOWED = re.compile(r"^[a-z0-9][a-z0-9._:/-]*$")
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def load_task(tx: Tx, ref: str, *, if_version: int | None = None) -> sqlite3.Row:
+    """The task a write targets, refusing a stale ``if_version`` before anything is written."""
+    task = require_task(tx.conn, ref)
+    if if_version is not None and if_version != task["version"]:
+        raise TaskloomError(
+            "VERSION_CONFLICT",
+            f"{task['identifier']} is at version {task['version']}, not {if_version}",
+            details={"expected": if_version, "actual": task["version"]},
+            hint=f"re-read the task (taskctl task show {task['identifier']}) and retry",
+        )
+    return task
+
+
+def require_reason(reason: str | None, what: str) -> str:
+    text = (reason or "").strip()
+    if len(text) < domain.MIN_REASON_CHARS:
+        raise validation(f"{what} needs a reason of at least {domain.MIN_REASON_CHARS} characters", reason=reason)
+    return text
+
+
+def refuse_archived(task: sqlite3.Row) -> None:
+    if task["archived_at"] is not None:
+        raise TaskloomError("TERMINAL_STATE", f"{task['identifier']} is archived", details={"task": task["id"]})
+
+
+def normalise_label(raw: str) -> str:
+    name = _LABEL_SPACES.sub("-", raw.strip().lower())
+    if not name or len(name) > LABEL_MAX_CHARS or not _LABEL_ALLOWED.match(name):
+        raise validation(
+            f"label {raw!r} is not valid: use letters, digits and . _ : / - (at most {LABEL_MAX_CHARS})",
+            label=raw,
+        )
+    return name
+
+
+def normalise_labels(raw: list[str]) -> list[str]:
+    """Normalised, de-duplicated, in the order first given."""
+    seen: dict[str, None] = {}
+    for item in raw:
+        seen.setdefault(normalise_label(item), None)
+    return list(seen)
+
+
+def apply_labels(tx: Tx, project_id: str, before: list[str], after: list[str]) -> None:
+    """Move the per-project use counts from ``before`` to ``after`` (audited by the caller)."""
+    for name in after:
+        if name in before:
+            continue
+        tx.execute(
+            "INSERT INTO labels (project_id, name, use_count, created_at, last_used_at) VALUES (?, ?, 1, ?, ?)"
+            " ON CONFLICT (project_id, name) DO UPDATE SET use_count = use_count + 1,"
+            " last_used_at = excluded.last_used_at, archived_at = NULL",
+            (project_id, name, tx.now, tx.now),
+        )
+    for name in before:
+        if name in after:
+            continue
+        tx.execute(
+            "UPDATE labels SET use_count = max(use_count - 1, 0), last_used_at = ? WHERE project_id = ? AND name = ?",
+            (tx.now, project_id, name),
+        )
+
+
+def touch_actor(tx: Tx, kind: str, actor_id: str) -> dict[str, str]:
+    """Record an assignee/reporter in the dictionary (audited by the caller's task event)."""
+    if not kind or not actor_id:
+        raise validation("an actor needs both a kind and an id", kind=kind, id=actor_id)
+    tx.execute(
+        "INSERT INTO actors (kind, id, use_count, first_seen_at, last_seen_at) VALUES (?, ?, 1, ?, ?)"
+        " ON CONFLICT (kind, id) DO UPDATE SET use_count = use_count + 1, last_seen_at = excluded.last_seen_at",
+        (kind, actor_id, tx.now, tx.now),
+    )
+    return {"kind": kind, "id": actor_id}
+
+
+def set_status(tx: Tx, task: sqlite3.Row, to: str, **columns: Any) -> None:
+    """Write a status change and its bookkeeping columns (audited by the caller).
+
+    Leaving ``in_review`` for anything but ``done`` starts the next delivery round; entering a
+    terminal status stamps ``terminal_at`` and ends any claim.
+    """
+    values: dict[str, Any] = {"status": to, "version": task["version"] + 1, "updated_at": tx.now}
+    if task["status"] == "in_review" and to != "done":
+        values["delivery_round"] = task["delivery_round"] + 1
+        values["waiver_reason"] = None
+        values["delivered_by"] = None
+    if to in domain.TERMINAL:
+        values["terminal_at"] = tx.now
+    if to in domain.TERMINAL or to in ("todo", "backlog"):
+        values.update(claimed_by=None, claimed_by_kind=None, claimed_at=None, heartbeat_at=None)
+    if to != "awaiting":
+        values["awaiting_reason"] = None
+    if to != "blocked":
+        values["blocked_reason"] = None
+    values.update(columns)
+    assignments = ", ".join(f"{name} = :{name}" for name in values)
+    tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
+
+
+def reload(tx: Tx, task_id: str) -> sqlite3.Row:
+    return require_task(tx.conn, task_id)

@@ -1,0 +1,83 @@
+"""Project commands: create, update, readme (SPEC §4.2)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from shared import events
+from shared.errors import TaskloomError, validation
+
+from ..queries import get_project, require_project
+from ..store import Tx
+from .common import dumps
+
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+UPDATABLE = ("name", "workspace_path", "meta", "settings")
+
+
+def _check_workspace(path: str | None) -> None:
+    if path is not None and not path.startswith("/"):
+        raise validation("workspace_path must be absolute", workspace_path=path)
+
+
+def create_project(
+    tx: Tx,
+    *,
+    id: str,
+    name: str | None = None,
+    workspace_path: str | None = None,
+    readme: str = "",
+    meta: dict[str, Any] | None = None,
+    settings: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    if not _SLUG.match(id):
+        raise validation("project id must be a slug: a-z, 0-9 and '-', at most 32 characters", id=id)
+    _check_workspace(workspace_path)
+    if tx.one("SELECT 1 FROM projects WHERE id = ?", (id,)):
+        raise TaskloomError("CONFLICT", f"project {id!r} already exists", details={"id": id})
+    prefix = id.upper().replace("-", "")
+    if tx.one("SELECT 1 FROM projects WHERE prefix = ?", (prefix,)):
+        raise TaskloomError("CONFLICT", f"identifier prefix {prefix!r} is taken", details={"prefix": prefix})
+    if workspace_path and tx.one("SELECT 1 FROM projects WHERE workspace_path = ?", (workspace_path,)):
+        raise TaskloomError("CONFLICT", "another project uses this workspace_path", details={"workspace_path": workspace_path})
+    tx.execute(
+        "INSERT INTO projects (id, name, prefix, workspace_path, readme, meta_json, settings_json, created_at,"
+        " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (id, name or id, prefix, workspace_path, readme, dumps(meta or {}), dumps(settings or {}), tx.now, tx.now),
+    )
+    tx.record(events.PROJECT_CREATED, events.project_created(project=id), task_id=None, project_id=id)
+    return get_project(tx.conn, id)
+
+
+def update_project(tx: Tx, project_id: str, **patch: Any) -> dict[str, Any]:
+    current = get_project(tx.conn, project_id)
+    unknown = set(patch) - set(UPDATABLE) - {"readme"}
+    if unknown:
+        raise validation("unknown project fields", fields=sorted(unknown))
+    if "workspace_path" in patch:
+        _check_workspace(patch["workspace_path"])
+    changed = [name for name, value in patch.items() if current[name] != value]
+    if not changed:
+        return current
+    columns = {"meta": "meta_json", "settings": "settings_json"}
+    values = {columns.get(name, name): (dumps(patch[name]) if name in columns else patch[name]) for name in changed}
+    if "name" in values and not values["name"]:
+        raise validation("name must not be empty", name=values["name"])
+    assignments = ", ".join(f"{column} = :{column}" for column in values)
+    tx.execute(
+        f"UPDATE projects SET {assignments}, updated_at = :now WHERE id = :id",
+        {**values, "now": tx.now, "id": project_id},
+    )
+    tx.record(
+        events.PROJECT_UPDATED,
+        events.project_updated(project=project_id, fields=changed),
+        task_id=None,
+        project_id=project_id,
+    )
+    return get_project(tx.conn, project_id)
+
+
+def set_readme(tx: Tx, project_id: str, readme: str) -> dict[str, Any]:
+    require_project(tx.conn, project_id)
+    return update_project(tx, project_id, readme=readme)

@@ -1,0 +1,438 @@
+"""Task commands: create, update, claim, heartbeat, move, reopen, archive (SPEC §4.4)."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import timedelta
+from typing import Any
+
+from shared import events
+from shared.errors import TaskloomError, validation
+from shared.timestamps import parse_timestamp
+
+from .. import domain
+from ..queries import require_project, task_to_dict
+from ..store import Tx
+from . import rollup
+from .common import (
+    apply_labels,
+    dumps,
+    load_task,
+    new_id,
+    normalise_labels,
+    refuse_archived,
+    reload,
+    require_reason,
+    set_status,
+    touch_actor,
+)
+
+#: Task fields ``update`` may patch; status has its own commands.
+UPDATABLE = (
+    "title", "description", "priority", "kind", "labels",
+    "assignee_kind", "assignee_id", "reporter_kind", "reporter_id", "meta",
+)
+_COLUMNS = {"labels": "labels_json", "meta": "meta_json"}
+
+
+def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
+    if value not in allowed:
+        raise validation(f"{field} must be one of {', '.join(allowed)}", **{field: value})
+    return value
+
+
+def _pair(kind: str | None, actor_id: str | None, field: str) -> tuple[str | None, str | None]:
+    if (kind is None) != (actor_id is None):
+        raise validation(f"{field}_kind and {field}_id go together", **{f"{field}_kind": kind, f"{field}_id": actor_id})
+    return kind, actor_id
+
+
+def derive_idem(kind: str, assignee_kind: str | None, assignee_id: str | None, meta: dict[str, Any]) -> str | None:
+    """The implicit idempotency key: kind|assignee|source, when the caller names a source."""
+    source = meta.get("source")
+    if not isinstance(source, str) or not source:
+        return None
+    return f"{kind}|{assignee_kind or ''}:{assignee_id or ''}|{source}"
+
+
+def create_task(
+    tx: Tx,
+    *,
+    project: str,
+    title: str,
+    description: str = "",
+    kind: str = "task",
+    priority: str = "medium",
+    status: str = "todo",
+    labels: list[str] | None = None,
+    assignee_kind: str | None = None,
+    assignee_id: str | None = None,
+    reporter_kind: str | None = None,
+    reporter_id: str | None = None,
+    acceptance_mode: str = "review",
+    meta: dict[str, Any] | None = None,
+    idem: str | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Create a task; returns (task, created). A live task holding the idem key is returned as is."""
+    project_row = require_project(tx.conn, project)
+    title = title.strip()
+    if not title:
+        raise validation("title must not be empty", title=title)
+    _choice(kind, domain.KINDS, "kind")
+    _choice(priority, domain.PRIORITIES, "priority")
+    _choice(acceptance_mode, domain.ACCEPTANCE_MODES, "acceptance_mode")
+    if status not in ("backlog", "todo"):
+        raise validation("a task starts in backlog or todo", status=status)
+    _pair(assignee_kind, assignee_id, "assignee")
+    _pair(reporter_kind, reporter_id, "reporter")
+    meta = meta or {}
+    label_names = normalise_labels(labels or [])
+    idem = idem or derive_idem(kind, assignee_kind, assignee_id, meta)
+    if idem is not None:
+        holder = tx.one(
+            "SELECT * FROM tasks WHERE idem = ? AND project_id = ? AND status NOT IN ('done', 'canceled')",
+            (idem, project),
+        )
+        if holder is not None:
+            return task_to_dict(holder), False
+
+    number = project_row["next_number"]
+    identifier = f"{project_row['prefix']}-{number:04d}"
+    tx.execute("UPDATE projects SET next_number = next_number + 1 WHERE id = ?", (project,))
+    dictionaries: dict[str, Any] = {}
+    if assignee_kind is not None and assignee_id is not None:
+        dictionaries["assignee"] = touch_actor(tx, assignee_kind, assignee_id)
+    if reporter_kind is not None and reporter_id is not None:
+        dictionaries["reporter"] = touch_actor(tx, reporter_kind, reporter_id)
+    apply_labels(tx, project, [], label_names)
+    task_id = new_id()
+    tx.execute(
+        "INSERT INTO tasks (id, project_id, number, identifier, title, description, kind, priority, status,"
+        " labels_json, assignee_kind, assignee_id, reporter_kind, reporter_id, acceptance_mode, idem, meta_json,"
+        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            task_id, project, number, identifier, title, description, kind, priority, status, dumps(label_names),
+            assignee_kind, assignee_id, reporter_kind, reporter_id, acceptance_mode, idem, dumps(meta),
+            tx.now, tx.now,
+        ),
+    )
+    tx.record(
+        events.TASK_CREATED,
+        events.task_created(
+            identifier=identifier,
+            status=status,
+            priority=priority,
+            acceptance_mode=acceptance_mode,
+            idem=idem,
+            dictionaries=dictionaries or None,
+            labels=label_names or None,
+        ),
+        task_id=task_id,
+        project_id=project,
+    )
+    return task_to_dict(reload(tx, task_id)), True
+
+
+def _short(value: Any) -> bool:
+    text = value if isinstance(value, str) else dumps(value)
+    return len(text) <= events.BEFORE_AFTER_MAX_CHARS
+
+
+def update_task(tx: Tx, ref: str, *, if_version: int | None = None, **patch: Any) -> dict[str, Any]:
+    """Patch fields (never status); a no-op patch writes nothing."""
+    task = load_task(tx, ref, if_version=if_version)
+    refuse_archived(task)
+    unknown = set(patch) - set(UPDATABLE)
+    if unknown:
+        raise validation("unknown task fields", fields=sorted(unknown))
+    current = task_to_dict(task)
+    if "title" in patch:
+        patch["title"] = (patch["title"] or "").strip()
+        if not patch["title"]:
+            raise validation("title must not be empty", title=patch["title"])
+    if "priority" in patch:
+        _choice(patch["priority"], domain.PRIORITIES, "priority")
+    if "kind" in patch:
+        _choice(patch["kind"], domain.KINDS, "kind")
+    if "labels" in patch:
+        patch["labels"] = normalise_labels(patch["labels"] or [])
+    for who in ("assignee", "reporter"):
+        kind = patch.get(f"{who}_kind", current[f"{who}_kind"])
+        actor_id = patch.get(f"{who}_id", current[f"{who}_id"])
+        _pair(kind, actor_id, who)
+
+    changed = [name for name in UPDATABLE if name in patch and patch[name] != current[name]]
+    if not changed:
+        return current
+    dictionaries: dict[str, Any] = {}
+    for who in ("assignee", "reporter"):
+        if f"{who}_kind" in changed or f"{who}_id" in changed:
+            kind = patch.get(f"{who}_kind", current[f"{who}_kind"])
+            actor_id = patch.get(f"{who}_id", current[f"{who}_id"])
+            if kind is not None and actor_id is not None:
+                dictionaries[who] = touch_actor(tx, kind, actor_id)
+    if "labels" in changed:
+        apply_labels(tx, task["project_id"], current["labels"], patch["labels"])
+
+    values = {_COLUMNS.get(name, name): (dumps(patch[name]) if name in _COLUMNS else patch[name]) for name in changed}
+    values.update(version=task["version"] + 1, updated_at=tx.now)
+    assignments = ", ".join(f"{column} = :{column}" for column in values)
+    tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
+
+    shown = [name for name in changed if _short(current[name]) and _short(patch[name])]
+    tx.record(
+        events.TASK_UPDATED,
+        events.task_updated(
+            fields=changed,
+            before={name: current[name] for name in shown} or None,
+            after={name: patch[name] for name in shown} or None,
+            dictionaries=dictionaries or None,
+            labels=patch["labels"] if "labels" in changed else None,
+        ),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    return task_to_dict(reload(tx, task["id"]))
+
+
+def _age_seconds(tx: Tx, stamp: str | None) -> float:
+    if stamp is None:
+        return float("inf")
+    return (parse_timestamp(tx.now) - parse_timestamp(stamp)) / timedelta(seconds=1)
+
+
+def claim_task(
+    tx: Tx,
+    ref: str,
+    *,
+    steal: bool = False,
+    reason: str | None = None,
+    if_version: int | None = None,
+    fresh_seconds: float = domain.CLAIM_FRESH_SECONDS,
+    stale_seconds: float = domain.CLAIM_STALE_SECONDS,
+) -> dict[str, Any]:
+    """todo → in_progress, or a re-claim of in_progress, judged by heartbeat freshness."""
+    task = load_task(tx, ref, if_version=if_version)
+    refuse_archived(task)
+    me = tx.actor
+    if task["kind"] == "epic":
+        raise TaskloomError("NOT_CLAIMABLE", f"{task['identifier']} is an epic; claim its children", details={"kind": "epic"})
+    stole_from: str | None = None
+    if task["status"] == "todo":
+        assignee = task["assignee_id"]
+        if assignee is not None and (task["assignee_kind"], assignee) != (me.kind, me.id):
+            if not steal:
+                raise TaskloomError(
+                    "NOT_ASSIGNEE",
+                    f"{task['identifier']} is assigned to {assignee}",
+                    details={"assignee_id": assignee, "assignee_kind": task["assignee_kind"]},
+                    hint="pass steal with a reason of at least 8 characters to take it",
+                )
+            reason = require_reason(reason, "taking a task assigned to someone else")
+            stole_from = assignee
+    elif task["status"] == "in_progress":
+        holder = (task["claimed_by_kind"], task["claimed_by"])
+        age = _age_seconds(tx, task["heartbeat_at"])
+        if holder == (me.kind, me.id):
+            if age <= fresh_seconds:
+                return task_to_dict(task)  # a same-actor re-claim is not a new fact
+        elif age <= stale_seconds:
+            raise TaskloomError(
+                "EXECUTION_ACTIVE",
+                f"{task['identifier']} is held by {task['claimed_by']} (last heartbeat {task['heartbeat_at']})",
+                details={"claimed_by": task["claimed_by"], "heartbeat_at": task["heartbeat_at"]},
+            )
+        else:
+            stole_from = task["claimed_by"]
+            reason = (reason or "").strip() or "claim went stale"
+    else:
+        raise TaskloomError(
+            "NOT_CLAIMABLE",
+            f"{task['identifier']} is {task['status']}; only todo or in_progress tasks can be claimed",
+            details={"status": task["status"]},
+        )
+
+    columns = dict(
+        claimed_by=me.id, claimed_by_kind=me.kind, claimed_at=tx.now, heartbeat_at=tx.now,
+        assignee_kind=me.kind, assignee_id=me.id,
+    )
+    if task["status"] == "todo":
+        set_status(tx, task, "in_progress", **columns)
+    else:
+        columns.update(version=task["version"] + 1, updated_at=tx.now)
+        assignments = ", ".join(f"{name} = :{name}" for name in columns)
+        tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**columns, "_id": task["id"]})
+    touch_actor(tx, me.kind, me.id)
+    tx.record(
+        events.TASK_CLAIMED,
+        events.task_claimed(from_=task["status"], to="in_progress", stole_from=stole_from, reason=reason if stole_from else None),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    rollup.auto_start_parents(tx, task, source="claim")
+    return task_to_dict(reload(tx, task["id"]))
+
+
+def heartbeat_task(tx: Tx, ref: str) -> dict[str, Any]:
+    """The holder says it is still working; wire noise on the stream, but it moves the cursor."""
+    task = load_task(tx, ref)
+    if task["status"] != "in_progress" or (task["claimed_by_kind"], task["claimed_by"]) != (tx.actor.kind, tx.actor.id):
+        raise TaskloomError(
+            "CLAIM_LOST",
+            f"{tx.actor.id} does not hold {task['identifier']}",
+            details={"status": task["status"], "claimed_by": task["claimed_by"]},
+            hint=f"claim it again (taskctl task claim {task['identifier']})",
+        )
+    tx.execute("UPDATE tasks SET heartbeat_at = ? WHERE id = ?", (tx.now, task["id"]))
+    tx.record(events.TASK_HEARTBEAT, events.task_heartbeat(heartbeat_at=tx.now), task_id=task["id"], project_id=task["project_id"])
+    return task_to_dict(reload(tx, task["id"]))
+
+
+def check_move(task: sqlite3.Row, to: str) -> None:
+    """Refuse a move the graph or the terminal rule forbids, with the command that would do it."""
+    _choice(to, domain.STATUSES, "to")
+    current = task["status"]
+    if current in domain.TERMINAL:
+        raise TaskloomError(
+            "TERMINAL_STATE",
+            f"{task['identifier']} is {current}; reopen it first",
+            details={"from": current, "to": to},
+            hint=f"taskctl task reopen {task['identifier']} --reason '…'",
+        )
+    if not domain.can_move(current, to):
+        raise TaskloomError(
+            "INVALID_TRANSITION",
+            f"{task['identifier']} cannot move from {current} to {to}",
+            details={"from": current, "to": to, "allowed": sorted(domain.TRANSITIONS[current])},
+        )
+
+
+def has_current_report(tx: Tx, task: sqlite3.Row) -> sqlite3.Row | None:
+    return tx.one(
+        "SELECT * FROM reports WHERE task_id = ? AND round = ? ORDER BY created_at DESC LIMIT 1",
+        (task["id"], task["delivery_round"]),
+    )
+
+
+def check_approval(tx: Tx, task: sqlite3.Row) -> None:
+    """``in_review → done`` under mode review needs an independent current-round ``confirm``."""
+    if task["acceptance_mode"] != "review":
+        return
+    approval = tx.one(
+        "SELECT 1 FROM comments WHERE task_id = ? AND kind = 'confirm' AND round = ? AND actor_id IS NOT ?",
+        (task["id"], task["delivery_round"], task["delivered_by"]),
+    )
+    if approval is None:
+        raise TaskloomError(
+            "APPROVAL_REQUIRED",
+            f"{task['identifier']} needs an approving confirm comment from someone other than who delivered it",
+            details={"round": task["delivery_round"], "delivered_by": task["delivered_by"]},
+            hint=f"taskctl comment add {task['identifier']} --kind confirm 'LGTM'",
+        )
+
+
+def move_task(
+    tx: Tx,
+    ref: str,
+    *,
+    to: str,
+    reason: str | None = None,
+    if_version: int | None = None,
+) -> dict[str, Any]:
+    task = load_task(tx, ref, if_version=if_version)
+    refuse_archived(task)
+    if to == task["status"]:
+        return task_to_dict(task)
+    check_move(task, to)
+    if task["status"] == "todo" and to == "in_progress":
+        raise TaskloomError(
+            "INVALID_TRANSITION",
+            "todo → in_progress is a claim",
+            details={"from": "todo", "to": to},
+            hint=f"taskctl task claim {task['identifier']}",
+        )
+    if to == "in_review" and has_current_report(tx, task) is None and task["waiver_reason"] is None:
+        raise TaskloomError(
+            "REPORT_REQUIRED",
+            f"{task['identifier']} needs a delivery report for round {task['delivery_round']} or a waiver",
+            details={"round": task["delivery_round"]},
+            hint=f"taskctl task deliver {task['identifier']} --report-file REPORT.md",
+        )
+    if task["status"] == "in_review" and to == "done":
+        check_approval(tx, task)
+    columns: dict[str, Any] = {}
+    if to == "awaiting":
+        columns["awaiting_reason"] = reason
+    if to == "blocked":
+        columns["blocked_reason"] = reason
+    if to == "in_review":
+        columns["delivered_by"] = tx.actor.id
+    set_status(tx, task, to, **columns)
+    moved = reload(tx, task["id"])
+    tx.record(
+        events.TASK_MOVED,
+        events.task_moved(
+            from_=task["status"],
+            to=to,
+            delivery_round=moved["delivery_round"],
+            awaiting_reason=reason if to == "awaiting" else None,
+            blocked_reason=reason if to == "blocked" else None,
+        ),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    if to in domain.TERMINAL:
+        rollup.after_terminal(tx, moved)
+    return task_to_dict(reload(tx, task["id"]))
+
+
+def reopen_task(tx: Tx, ref: str, *, reason: str, if_version: int | None = None) -> dict[str, Any]:
+    task = load_task(tx, ref, if_version=if_version)
+    refuse_archived(task)
+    if task["status"] not in domain.TERMINAL:
+        raise TaskloomError(
+            "INVALID_TRANSITION",
+            f"{task['identifier']} is {task['status']}; only done or canceled tasks reopen",
+            details={"from": task["status"], "to": "todo"},
+        )
+    reason = require_reason(reason, "reopening")
+    next_round = task["delivery_round"] + 1
+    set_status(tx, task, "todo", delivery_round=next_round, terminal_at=None, waiver_reason=None, delivered_by=None)
+    tx.record(
+        events.TASK_REOPENED,
+        events.task_reopened(from_=task["status"], to="todo", reason=reason, delivery_round=next_round),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    return task_to_dict(reload(tx, task["id"]))
+
+
+def archive_task(tx: Tx, ref: str, *, quiet_seconds: float = 0.0, if_version: int | None = None) -> dict[str, Any]:
+    """Hide a terminal task from the board once it has been quiet; its labels are released."""
+    task = load_task(tx, ref, if_version=if_version)
+    refuse_archived(task)
+    if task["status"] not in domain.TERMINAL:
+        raise TaskloomError(
+            "INVALID_TRANSITION",
+            f"{task['identifier']} is {task['status']}; only done or canceled tasks are archived",
+            details={"status": task["status"]},
+        )
+    quiet = _age_seconds(tx, task["terminal_at"])
+    if quiet < quiet_seconds:
+        raise validation(
+            f"{task['identifier']} became {task['status']} {int(quiet)} s ago; archive waits {int(quiet_seconds)} s",
+            quiet_seconds=quiet_seconds,
+        )
+    labels = task_to_dict(task)["labels"]
+    apply_labels(tx, task["project_id"], labels, [])
+    tx.execute(
+        "UPDATE tasks SET archived_at = ?, version = version + 1, updated_at = ? WHERE id = ?",
+        (tx.now, tx.now, task["id"]),
+    )
+    tx.record(
+        events.TASK_ARCHIVED,
+        events.task_archived(from_=task["status"], archived_at=tx.now, labels_released=labels or None),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    return task_to_dict(reload(tx, task["id"]))

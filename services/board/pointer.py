@@ -1,0 +1,43 @@
+"""The board pointer: ``board.json`` in the runtime directory, so clients find a running board.
+
+It names the URL, pid, board_id, data_dir and token file, never the token. It is removed on exit
+only if it still names this process (a newer board may have replaced it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from shared.paths import BOARD_POINTER
+
+
+def ensure_private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+
+
+def write_pointer(runtime: Path, record: dict[str, Any]) -> Path:
+    ensure_private_dir(runtime)
+    target = runtime / BOARD_POINTER
+    temp = runtime / f".{BOARD_POINTER}.{os.getpid()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=2)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, target)
+    return target
+
+
+def remove_pointer_if_mine(runtime: Path, pid: int) -> None:
+    target = runtime / BOARD_POINTER
+    try:
+        record = json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if record.get("pid") == pid:
+        target.unlink(missing_ok=True)

@@ -1,0 +1,36 @@
+"""HTTP routes, one module per resource. Each module declares ``ROUTES``."""
+
+from __future__ import annotations
+
+from ..api import Route
+from . import (
+    acceptance,
+    activities,
+    attachments,
+    comments,
+    events,
+    export,
+    labels,
+    meta,
+    projects,
+    relations,
+    reports,
+    sessions,
+    tasks,
+)
+
+ALL_ROUTES: list[Route] = [
+    *meta.ROUTES,
+    *projects.ROUTES,
+    *tasks.ROUTES,
+    *comments.ROUTES,
+    *reports.ROUTES,
+    *acceptance.ROUTES,
+    *relations.ROUTES,
+    *labels.ROUTES,
+    *sessions.ROUTES,
+    *attachments.ROUTES,
+    *activities.ROUTES,
+    *export.ROUTES,
+    *events.ROUTES,
+]

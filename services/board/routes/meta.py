@@ -1,0 +1,46 @@
+"""Board identity, the OpenAPI description, and login links for the browser."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import activities
+from ..api import PREFIX, Call, Route
+from ..openapi import describe
+
+VERSION = "0.1.0"
+
+
+def _meta(conn: Any) -> dict[str, Any]:
+    meta = activities.board_meta(conn)
+    return {
+        "board_id": meta["board_id"],
+        "revision": activities.head(conn),
+        "floor": int(meta.get("floor", "0")),
+        "version": VERSION,
+    }
+
+
+async def board_meta(call: Call) -> Any:
+    return await call.store.query(_meta)
+
+
+async def openapi(call: Call) -> Any:
+    from . import ALL_ROUTES  # the package imports this module; read the table at call time
+
+    return describe(ALL_ROUTES, version=VERSION)
+
+
+async def login_link(call: Call) -> Any:
+    from ..app import CREDENTIALS
+
+    code = call.request.app[CREDENTIALS].new_login_code()
+    base = f"{call.request.scheme}://{call.request.host}"
+    return {"url": f"{base}/login?code={code}"}
+
+
+ROUTES = [
+    Route("GET", f"{PREFIX}/meta", board_meta, "Board identity and head revision"),
+    Route("GET", f"{PREFIX}/openapi.json", openapi, "This API as OpenAPI 3.1"),
+    Route("POST", f"{PREFIX}/login-links", login_link, "A one-time browser login link", body={}),
+]

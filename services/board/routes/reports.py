@@ -1,0 +1,7 @@
+"""Routes for reports (being built; see the open issue)."""
+
+from __future__ import annotations
+
+from ..api import Route
+
+ROUTES: list[Route] = []

@@ -1,0 +1,1 @@
+"""The loop subscriber: turns hub frames into continue turns (SPEC §9)."""

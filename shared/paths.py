@@ -1,0 +1,34 @@
+"""Where Taskloom keeps things on this machine, computed from an environment mapping (no I/O).
+
+The runtime directory holds the board pointer and the hub files (SPEC §7.1); the data directory
+holds the board's SQLite file, token and attachments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+BOARD_POINTER = "board.json"
+
+
+def runtime_dir(environ: Mapping[str, str], home: Path, *, windows: bool = False) -> Path:
+    if environ.get("TASKLOOM_RUNTIME_DIR"):
+        return Path(environ["TASKLOOM_RUNTIME_DIR"])
+    if windows and environ.get("LOCALAPPDATA"):
+        return Path(environ["LOCALAPPDATA"]) / "taskloom" / "run"
+    if environ.get("XDG_RUNTIME_DIR"):
+        return Path(environ["XDG_RUNTIME_DIR"]) / "taskloom"
+    return home / ".taskloom" / "run"
+
+
+def data_dir(environ: Mapping[str, str], home: Path, *, platform: str = "linux") -> Path:
+    if environ.get("TASKLOOM_DATA_DIR"):
+        return Path(environ["TASKLOOM_DATA_DIR"])
+    if platform == "darwin":
+        return home / "Library" / "Application Support" / "taskloom"
+    if platform == "win32" and environ.get("LOCALAPPDATA"):
+        return Path(environ["LOCALAPPDATA"]) / "taskloom"
+    if environ.get("XDG_DATA_HOME"):
+        return Path(environ["XDG_DATA_HOME"]) / "taskloom"
+    return home / ".local" / "share" / "taskloom"

@@ -1,0 +1,17 @@
+"""The one timestamp format on the wire and in the database: UTC, fixed width, milliseconds."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+#: ``YYYY-MM-DDTHH:MM:SS.mmmZ``: fixed width, so text order is time order.
+TIMESTAMP_LENGTH = 24
+
+
+def format_timestamp(moment: datetime) -> str:
+    moment = moment.astimezone(timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_timestamp(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)

@@ -1,0 +1,37 @@
+"""Fixtures: real boards on loopback ports with real SQLite files in a temp dir."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.support.board import BoardClient, RunningBoard, TaskdProcess, start_board
+
+
+@pytest.fixture
+async def board(tmp_path: Path) -> AsyncIterator[RunningBoard]:
+    running = await start_board(tmp_path / "data")
+    try:
+        yield running
+    finally:
+        await running.runner.cleanup()
+
+
+@pytest.fixture
+async def client(board: RunningBoard) -> AsyncIterator[BoardClient]:
+    async with aiohttp.ClientSession() as session:
+        yield BoardClient(board.url, board.token, session)
+
+
+@pytest.fixture
+def taskd(tmp_path: Path) -> Iterator[TaskdProcess]:
+    """A ``taskd serve`` subprocess factory; call ``.start()``. Stopped at teardown."""
+    runtime = tmp_path / "run"
+    process = TaskdProcess(data_dir=tmp_path / "taskd-data", runtime_dir=runtime, log_path=tmp_path / "taskd.log")
+    yield process
+    if process.process is not None and process.process.poll() is None:
+        process.process.kill()
+        process.process.wait(timeout=10)

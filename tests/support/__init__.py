@@ -1,0 +1,1 @@
+"""Shared test helpers: real boards on loopback, clients, and waiting on conditions."""

@@ -1,0 +1,165 @@
+"""Real boards for tests: in-process on a loopback port, or ``taskd`` as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from services.board.app import STORE, BoardSettings, create_app
+from services.board.store import SqliteStore
+
+from .waiting import wait_until
+
+VENV_BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: Any = None
+
+    @property
+    def error(self) -> str | None:
+        return self.body.get("error", {}).get("code") if isinstance(self.body, dict) else None
+
+
+@dataclass
+class BoardClient:
+    """A thin JSON client with the token and an actor; returns (status, body) without raising."""
+
+    url: str
+    token: str | None
+    session: aiohttp.ClientSession
+    actor: tuple[str, str] | None = ("human", "ann")
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        data: bytes | None = None,
+        actor: tuple[str, str] | None | str = "default",
+        headers: dict[str, str] | None = None,
+        token: str | None | bool = True,
+    ) -> Reply:
+        sent: dict[str, str] = {}
+        use_token = self.token if token is True else (token or None)
+        if use_token:
+            sent["Authorization"] = f"Bearer {use_token}"
+        who = self.actor if actor == "default" else actor
+        if who:
+            sent["X-Taskloom-Actor-Kind"], sent["X-Taskloom-Actor"] = who  # type: ignore[misc]
+        if json_body is not None:
+            data = json.dumps(json_body).encode()
+            sent["Content-Type"] = "application/json"
+        sent.update(headers or {})
+        async with self.session.request(method, self.url + path, data=data, headers=sent) as response:
+            raw = await response.read()
+            try:
+                body: Any = json.loads(raw) if raw else None
+            except ValueError:
+                body = raw
+            return Reply(response.status, body, response.headers)
+
+    async def get(self, path: str, **kw: Any) -> Reply:
+        return await self.request("GET", path, **kw)
+
+    async def post(self, path: str, body: Any = None, **kw: Any) -> Reply:
+        return await self.request("POST", path, json_body=body if body is not None else {}, **kw)
+
+    async def patch(self, path: str, body: Any, **kw: Any) -> Reply:
+        return await self.request("PATCH", path, json_body=body, **kw)
+
+    def as_actor(self, kind: str, actor_id: str) -> "BoardClient":
+        return BoardClient(self.url, self.token, self.session, (kind, actor_id))
+
+
+@dataclass
+class RunningBoard:
+    """An in-process board bound to a free loopback port."""
+
+    url: str
+    token: str
+    data_dir: Path
+    app: web.Application
+    runner: web.AppRunner
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def store(self) -> SqliteStore:
+        return self.app[STORE]
+
+
+async def start_board(data_dir: Path, **settings: Any) -> RunningBoard:
+    app = create_app(BoardSettings(data_dir=data_dir, port=0, **settings))
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    token = (data_dir / "token").read_text().strip()
+    return RunningBoard(f"http://127.0.0.1:{port}", token, data_dir, app, runner)
+
+
+@dataclass
+class TaskdProcess:
+    """``taskd serve`` as a user runs it, on a free port, with its own runtime directory."""
+
+    data_dir: Path
+    runtime_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    url: str = ""
+
+    @property
+    def token(self) -> str:
+        return (self.data_dir / "token").read_text().strip()
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["TASKLOOM_RUNTIME_DIR"] = str(self.runtime_dir)
+        env["TASKLOOM_DATA_DIR"] = str(self.data_dir)
+        return env
+
+    def start(self, *args: str, port: int = 0, timeout: float = 20.0) -> "TaskdProcess":
+        pointer = self.runtime_dir / "board.json"
+        pointer.unlink(missing_ok=True)
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [str(VENV_BIN / "taskd"), "serve", "--port", str(port), "--data-dir", str(self.data_dir), *args],
+            env=self.env(),
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+
+        def ready() -> str | None:
+            if self.process is not None and self.process.poll() is not None:
+                raise AssertionError(f"taskd exited with {self.process.returncode}: {self.log_path.read_text()}")
+            try:
+                record = json.loads(pointer.read_text())
+            except (OSError, ValueError):
+                return None
+            return record["url"] if record.get("pid") == self.process.pid else None
+
+        self.url = wait_until(ready, timeout=timeout, what="taskd to write its pointer")
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        code = self.process.wait(timeout=timeout)
+        return code
