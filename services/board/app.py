@@ -12,7 +12,7 @@ from aiohttp import web
 
 from shared.errors import TaskloomError
 
-from . import api, auth, ui
+from . import api, auth, streaming, ui
 from .api import Route
 from .routes import ALL_ROUTES
 from .store import Actor, SqliteStore
@@ -152,6 +152,7 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     app.router.add_get("/health", health)
     app.router.add_get("/login", login)
     register(app, ALL_ROUTES)
+    streaming.setup(app)
     ui.setup(app)
     return app
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..api import Route
 from . import (
     acceptance,
+    admin,
     activities,
     attachments,
     comments,
@@ -21,6 +22,7 @@ from . import (
 
 ALL_ROUTES: list[Route] = [
     *meta.ROUTES,
+    *admin.ROUTES,
     *projects.ROUTES,
     *tasks.ROUTES,
     *comments.ROUTES,
