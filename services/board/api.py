@@ -212,10 +212,15 @@ async def read_body(request: web.Request, limit: int) -> bytes:
             f"request body is {request.content_length} bytes; the limit is {limit}",
             details={"limit": limit},
         )
-    data = await request.content.read(limit + 1)
-    if len(data) > limit:
-        raise TaskloomError("PAYLOAD_TOO_LARGE", f"request body exceeds {limit} bytes", details={"limit": limit})
-    return data
+    # content.read(n) returns what is buffered, not n bytes: collect chunks until EOF or the cap.
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise TaskloomError("PAYLOAD_TOO_LARGE", f"request body exceeds {limit} bytes", details={"limit": limit})
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def parse_json(data: bytes) -> Any:

@@ -1,0 +1,147 @@
+"""Comment commands: comment, and ask (a worker's question that parks the task) (SPEC §4.4).
+
+A comment belongs to the task's current delivery round. A ``human`` comment on an ``awaiting``
+task is the answer the worker waits for, so it also resumes the task (awaiting → todo) in the
+same transaction: ``comment_added`` then ``task_resumed``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from shared import events
+from shared.errors import TaskloomError, validation
+
+from .. import domain
+from ..activities import decode_cursor, encode_cursor
+from ..queries import require_task, task_to_dict
+from ..store import Tx
+from .common import load_task, new_id, refuse_archived, reload, set_status
+
+#: ``awaiting_reason`` is the question's first line, cut to fit a card.
+AWAITING_REASON_MAX_CHARS = 200
+
+
+def comment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "task_id": row["task_id"],
+        "kind": row["kind"],
+        "body": row["body"],
+        "actor_kind": row["actor_kind"],
+        "actor_id": row["actor_id"],
+        "round": row["round"],
+        "created_at": row["created_at"],
+    }
+
+
+def _check_body(body: str, what: str) -> str:
+    if not body.strip():
+        raise validation(f"{what} must not be empty", field="body")
+    return body
+
+
+def _insert_comment(tx: Tx, task: sqlite3.Row, kind: str, body: str) -> str:
+    """Write the comment row and its ``comment_added`` row; returns the comment id."""
+    comment_id = new_id()
+    tx.execute(
+        "INSERT INTO comments (id, task_id, kind, body, actor_kind, actor_id, round, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (comment_id, task["id"], kind, body, tx.actor.kind, tx.actor.id, task["delivery_round"], tx.now),
+    )
+    tx.record(
+        events.COMMENT_ADDED,
+        events.comment_added(comment_id=comment_id, kind=kind),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    return comment_id
+
+
+def add_comment(tx: Tx, ref: str, *, body: str, kind: str = "note") -> dict[str, Any]:
+    """Comment on a task; a human comment on an awaiting task resumes it."""
+    task = load_task(tx, ref)
+    refuse_archived(task)
+    if kind not in domain.COMMENT_KINDS:
+        raise validation(f"kind must be one of {', '.join(domain.COMMENT_KINDS)}", field="kind", value=kind)
+    _check_body(body, "a comment")
+    comment_id = _insert_comment(tx, task, kind, body)
+    if task["status"] == "awaiting" and tx.actor.kind == events.HUMAN:
+        set_status(tx, task, "todo")
+        tx.record(
+            events.TASK_RESUMED,
+            events.task_resumed(comment_id=comment_id, from_="awaiting", to="todo"),
+            task_id=task["id"],
+            project_id=task["project_id"],
+        )
+    return comment_to_dict(tx.one("SELECT * FROM comments WHERE id = ?", (comment_id,)))  # type: ignore[arg-type]
+
+
+def awaiting_reason(question: str) -> str:
+    """The question's first non-blank line, cut to ``AWAITING_REASON_MAX_CHARS``."""
+    first = next(line.strip() for line in question.splitlines() if line.strip())
+    if len(first) > AWAITING_REASON_MAX_CHARS:
+        first = first[: AWAITING_REASON_MAX_CHARS - 1].rstrip() + "…"
+    return first
+
+
+def ask_question(tx: Tx, ref: str, *, body: str, if_version: int | None = None) -> dict[str, Any]:
+    """The holder's question: a ``question`` comment and in_progress → awaiting, together."""
+    task = load_task(tx, ref, if_version=if_version)
+    refuse_archived(task)
+    _check_body(body, "a question")
+    identifier = task["identifier"]
+    if task["status"] in domain.TERMINAL:
+        raise TaskloomError(
+            "TERMINAL_STATE",
+            f"{identifier} is {task['status']}; nobody is working on it to ask",
+            details={"status": task["status"]},
+            hint=f"post a comment instead: taskctl comment add {identifier} --kind question '…'",
+        )
+    if task["status"] != "in_progress":
+        raise TaskloomError(
+            "INVALID_TRANSITION",
+            f"{identifier} is {task['status']}; only an in_progress task can be parked on a question",
+            details={"from": task["status"], "to": "awaiting"},
+            hint=f"claim it first (taskctl task claim {identifier}), or post a comment with kind question",
+        )
+    if (task["claimed_by_kind"], task["claimed_by"]) != (tx.actor.kind, tx.actor.id):
+        raise TaskloomError(
+            "CLAIM_LOST",
+            f"{tx.actor.id} does not hold {identifier}; only the holder asks",
+            details={"claimed_by": task["claimed_by"], "claimed_by_kind": task["claimed_by_kind"]},
+            hint=f"post a comment with kind question instead (taskctl comment add {identifier} --kind question '…')",
+        )
+    reason = awaiting_reason(body)
+    comment_id = _insert_comment(tx, task, "question", body)
+    set_status(tx, task, "awaiting", awaiting_reason=reason)
+    tx.record(
+        events.TASK_MOVED,
+        events.task_moved(
+            from_="in_progress",
+            to="awaiting",
+            delivery_round=task["delivery_round"],
+            awaiting_reason=reason,
+            question_comment_id=comment_id,
+        ),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    return task_to_dict(reload(tx, task["id"]))
+
+
+def list_comments(conn: sqlite3.Connection, ref: str, *, cursor: str | None = None, limit: int = 100) -> dict[str, Any]:
+    """A task's comments, oldest first, paged by an opaque keyset cursor."""
+    task = require_task(conn, ref)
+    after = decode_cursor(cursor) if cursor is not None else 0
+    rows = conn.execute(
+        "SELECT rowid AS _rowid, * FROM comments WHERE task_id = ? AND rowid > ? ORDER BY rowid LIMIT ?",
+        (task["id"], after, limit + 1),
+    ).fetchall()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return {
+        "items": [comment_to_dict(row) for row in rows],
+        "next_cursor": encode_cursor(rows[-1]["_rowid"]) if more else None,
+    }
