@@ -1,7 +1,151 @@
-"""Routes for attachments (being built; see the open issue)."""
+"""Attachment routes: upload raw bytes, list, download, replace, remove.
+
+Uploads are read whole (at most 8 MiB), hashed and written to disk off the event loop, and only
+then recorded; downloads stream the blob with ``web.FileResponse``, which does its file I/O in
+the executor.
+"""
 
 from __future__ import annotations
 
-from ..api import Route
+import asyncio
+from pathlib import Path
+from typing import Any
 
-ROUTES: list[Route] = []
+from aiohttp import hdrs, web
+
+from shared.errors import TaskloomError
+
+from ..api import MAX_ATTACHMENT_BYTES, PREFIX, Call, Created, F, Route
+from ..commands import attachments
+from ..store import SYSTEM_ACTOR
+
+TASK = f"{PREFIX}/tasks/{{ref}}"
+ATTACHMENT = f"{PREFIX}/attachments/{{id}}"
+READ_CHUNK = 64 * 1024
+
+
+async def read_upload(request: web.Request, limit: int = MAX_ATTACHMENT_BYTES) -> bytes:
+    """The whole body, refusing more than ``limit`` bytes whatever Content-Length claims.
+
+    ``StreamReader.read(n)`` returns what is buffered, not ``n`` bytes, so the body is read chunk
+    by chunk until EOF. An oversize body is read up to the limit before the refusal, not refused
+    on its Content-Length alone: a refusal that leaves megabytes in flight makes aiohttp linger
+    on the connection for its full lingering time (10 s) before closing it.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(READ_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise TaskloomError(
+                "PAYLOAD_TOO_LARGE",
+                f"an attachment is at most {limit} bytes",
+                details={"limit": limit, "content_length": request.content_length},
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _root(call: Call) -> Path:
+    return call.settings.attachments_dir
+
+
+async def _store_blob(root: Path, data: bytes) -> str:
+    """Hash and write off the loop: 8 MiB of sha256 and fsync would stall every stream."""
+    return await asyncio.get_running_loop().run_in_executor(None, attachments.write_blob, root, data)
+
+
+async def _purge(call: Call, sha256: str | None) -> None:
+    if sha256 is not None:
+        await call.store.command(attachments.purge_blob, SYSTEM_ACTOR, sha256, _root(call))
+
+
+async def list_(call: Call) -> Any:
+    return await call.store.query(attachments.list_attachments, call.path["ref"])
+
+
+async def upload(call: Call) -> Any:
+    actor = call.actor  # an anonymous write is refused before any byte reaches the disk
+    filename = attachments.check_filename(call.query["filename"])
+    content_type = attachments.check_content_type(call.request.headers.get(hdrs.CONTENT_TYPE))
+    await call.store.query(attachments.check_attachable, call.path["ref"])
+    data = await read_upload(call.request)
+    sha256 = await _store_blob(_root(call), data)
+    return Created(
+        await call.store.command(
+            attachments.add_attachment,
+            actor,
+            call.path["ref"],
+            filename=filename,
+            content_type=content_type,
+            data=data,
+            sha256=sha256,
+            root=_root(call),
+        )
+    )
+
+
+async def download(call: Call) -> web.StreamResponse:
+    meta = await call.store.query(attachments.get_attachment, call.path["id"])
+    path = attachments.blob_path(_root(call), meta["sha256"])
+    loop = asyncio.get_running_loop()
+    if not await loop.run_in_executor(None, path.is_file):
+        raise TaskloomError(
+            "NOT_FOUND",
+            f"the content of attachment {meta['id']} is missing from {path.parent}",
+            details={"attachment": meta["id"], "sha256": meta["sha256"]},
+            hint="restore the data directory's attachments/ folder from a backup",
+        )
+    return web.FileResponse(
+        path,
+        headers={
+            hdrs.CONTENT_TYPE: meta["content_type"],
+            hdrs.CONTENT_DISPOSITION: attachments.content_disposition(meta["filename"]),
+            # Served from the board's own origin: never let a browser sniff an upload into HTML.
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+async def replace(call: Call) -> Any:
+    actor = call.actor
+    filename = call.query.get("filename")
+    if filename is not None:
+        attachments.check_filename(filename)
+    sent_type = call.request.headers.get(hdrs.CONTENT_TYPE)
+    content_type = attachments.check_content_type(sent_type) if sent_type else None
+    await call.store.query(attachments.get_attachment, call.path["id"])
+    data = await read_upload(call.request)
+    sha256 = await _store_blob(_root(call), data)
+    result, released = await call.store.command(
+        attachments.replace_attachment,
+        actor,
+        call.path["id"],
+        data=data,
+        sha256=sha256,
+        root=_root(call),
+        content_type=content_type,
+        filename=filename,
+    )
+    await _purge(call, released)
+    return result
+
+
+async def remove(call: Call) -> Any:
+    removed = await call.store.command(attachments.remove_attachment, call.actor, call.path["id"])
+    await _purge(call, removed["sha256"])
+    return removed
+
+
+ROUTES = [
+    Route("GET", f"{TASK}/attachments", list_, "List a task's attachments (metadata)"),
+    Route("POST", f"{TASK}/attachments", upload,
+          "Attach the request body (raw bytes, at most 8 MiB) with its Content-Type",
+          query={"filename": F("str", required=True, description="a plain file name, at most 255 characters")},
+          raw_body=True, max_body=MAX_ATTACHMENT_BYTES),
+    Route("GET", ATTACHMENT, download, "Download an attachment's bytes"),
+    Route("PUT", ATTACHMENT, replace, "Replace an attachment's content (and optionally its name)",
+          query={"filename": F("str", description="rename it at the same time")},
+          raw_body=True, max_body=MAX_ATTACHMENT_BYTES),
+    Route("DELETE", ATTACHMENT, remove, "Remove an attachment"),
+]

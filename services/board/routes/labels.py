@@ -1,7 +1,38 @@
-"""Routes for labels (being built; see the open issue)."""
+"""Label routes (list, GC) and the actor dictionary."""
 
 from __future__ import annotations
 
-from ..api import Route
+from typing import Any
 
-ROUTES: list[Route] = []
+from ..api import LIST_QUERY, PREFIX, Call, F, Route
+from ..commands import labels
+
+GC_BODY = {
+    "project": F("str", description="limit the GC to one project (default: the whole board)"),
+    "ttl_days": F("int", minimum=0, maximum=36500,
+                  description=f"archive unused labels last used at least this long ago (default {labels.DEFAULT_TTL_DAYS})"),
+    "dry_run": F("bool", description="report what would happen; write nothing"),
+}
+
+
+async def list_labels(call: Call) -> Any:
+    return await call.store.query(labels.list_labels, **call.query)
+
+
+async def gc(call: Call) -> Any:
+    return await call.store.command(labels.gc_labels, call.actor, **call.body)
+
+
+async def list_actors(call: Call) -> Any:
+    return await call.store.query(labels.list_actors, **call.query)
+
+
+ROUTES = [
+    Route("GET", f"{PREFIX}/labels", list_labels, "List labels with their use counts",
+          query={**LIST_QUERY, "project": F("str"), "archived": F("bool", description="include archived labels")}),
+    Route("POST", f"{PREFIX}/labels/gc", gc,
+          "Recount label use, repair wrong counts and archive long-unused labels (one label_gc row if any)",
+          body=GC_BODY),
+    Route("GET", f"{PREFIX}/actors", list_actors, "List the assignee/reporter dictionary",
+          query={**LIST_QUERY, "kind": F("str")}),
+]

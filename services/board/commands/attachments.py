@@ -1,0 +1,244 @@
+"""Attachments: content-addressed blobs on disk, metadata rows in the database (SPEC §4.4).
+
+Bytes live at ``<data_dir>/attachments/<sha256[:2]>/<sha256>``. A blob is written (temp file in
+the same directory, fsync, rename) *before* the transaction that records its row: a blob left by
+a failed transaction is harmless, a row without its blob is not. Blobs are shared by every row
+with the same content, so one is unlinked only when no row names it any more, and that check runs
+on the writer thread (``purge_blob``), serialised with the inserts that could revive it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from shared import events
+from shared.errors import TaskloomError, not_found, validation
+
+from .. import domain
+from ..queries import require_task
+from ..store import Tx
+from .common import load_task, new_id, refuse_archived
+
+FILENAME_MAX_CHARS = 255
+CONTENT_TYPE_MAX_CHARS = 255
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+# RFC 9110 §8.3.1: type "/" subtype, both tokens, then optional parameters.
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_CONTENT_TYPE = re.compile(rf"^{_TOKEN}/{_TOKEN}(\s*;.*)?$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+ATTACHMENT_FIELDS = ("id", "task_id", "filename", "content_type", "size", "sha256", "created_at", "updated_at")
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def check_filename(name: str) -> str:
+    """A plain file name: no directory part, no '..', no control characters, 1–255 characters."""
+    if (
+        not name.strip()
+        or len(name) > FILENAME_MAX_CHARS
+        or "/" in name
+        or "\\" in name
+        or ".." in name
+        or name in (".", "..")
+        or _CONTROL.search(name)
+    ):
+        raise validation(
+            f"filename must be a plain name of 1–{FILENAME_MAX_CHARS} characters without '/', '\\\\' or '..'",
+            filename=name[:FILENAME_MAX_CHARS + 1],
+        )
+    return name
+
+
+def check_content_type(value: str | None) -> str:
+    if value is None or not value.strip():
+        return DEFAULT_CONTENT_TYPE
+    value = value.strip()
+    if len(value) > CONTENT_TYPE_MAX_CHARS or _CONTROL.search(value) or not _CONTENT_TYPE.match(value):
+        raise validation("Content-Type must look like type/subtype", content_type=value[:CONTENT_TYPE_MAX_CHARS + 1])
+    return value
+
+
+def check_size(data: bytes) -> None:
+    if len(data) > domain.ATTACHMENT_MAX_BYTES:
+        raise TaskloomError(
+            "PAYLOAD_TOO_LARGE",
+            f"an attachment is at most {domain.ATTACHMENT_MAX_BYTES} bytes",
+            details={"limit": domain.ATTACHMENT_MAX_BYTES, "size": len(data)},
+        )
+
+
+# -- blobs (plain file I/O; callers run these off the event loop) -------------------------------
+
+
+def blob_path(root: Path, sha256: str) -> Path:
+    return root / sha256[:2] / sha256
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename durable (POSIX); Windows cannot open a directory and does not need it."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_blob(root: Path, data: bytes, sha256: str | None = None) -> str:
+    """Store ``data`` under its digest (atomically; a blob already there is kept); returns the digest."""
+    sha256 = sha256 or hashlib.sha256(data).hexdigest()
+    path = blob_path(root, sha256)
+    if path.is_file():
+        return sha256
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=".upload-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+    return sha256
+
+
+# -- reads --------------------------------------------------------------------------------------
+
+
+def attachment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+    return {name: row[name] for name in ATTACHMENT_FIELDS}
+
+
+def require_attachment(conn: sqlite3.Connection, attachment_id: str) -> sqlite3.Row:
+    row = conn.execute("SELECT * FROM attachments WHERE id = ?", (attachment_id,)).fetchone()
+    if row is None:
+        raise not_found("attachment", attachment_id)
+    return row
+
+
+def get_attachment(conn: sqlite3.Connection, attachment_id: str) -> dict[str, Any]:
+    return attachment_to_dict(require_attachment(conn, attachment_id))
+
+
+def list_attachments(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
+    task = require_task(conn, ref)
+    rows = conn.execute(
+        "SELECT * FROM attachments WHERE task_id = ? ORDER BY created_at, rowid", (task["id"],)
+    ).fetchall()
+    return {"items": [attachment_to_dict(row) for row in rows], "next_cursor": None}
+
+
+def check_attachable(conn: sqlite3.Connection, ref: str) -> str:
+    """Refuse an unknown or archived task before any bytes reach the disk; returns the task id."""
+    task = require_task(conn, ref)
+    refuse_archived(task)
+    return task["id"]
+
+
+def content_disposition(filename: str) -> str:
+    """RFC 6266: an ASCII fallback plus the exact name as RFC 8187 ``filename*``."""
+    fallback = "".join(ch if 32 <= ord(ch) < 127 and ch not in '"\\' else "_" for ch in filename)
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+def _ensure_blob(root: Path, sha256: str, data: bytes) -> None:
+    # Normally written before the transaction; only a purge racing this upload removes it, and
+    # both run on the writer thread, so re-checking here closes the race.
+    if not blob_path(root, sha256).is_file():
+        write_blob(root, data, sha256)
+
+
+def add_attachment(
+    tx: Tx, ref: str, *, filename: str, content_type: str, data: bytes, sha256: str, root: Path
+) -> dict[str, Any]:
+    task = load_task(tx, ref)
+    refuse_archived(task)
+    check_filename(filename)
+    check_size(data)
+    _ensure_blob(root, sha256, data)
+    attachment_id = new_id()
+    tx.execute(
+        "INSERT INTO attachments (id, task_id, filename, content_type, size, sha256, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (attachment_id, task["id"], filename, content_type, len(data), sha256, tx.now, tx.now),
+    )
+    tx.record(
+        events.ATTACHMENT_ADDED,
+        events.attachment_added(attachment_id=attachment_id, filename=filename, content_type=content_type, size=len(data)),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    return get_attachment(tx.conn, attachment_id)
+
+
+def replace_attachment(
+    tx: Tx,
+    attachment_id: str,
+    *,
+    data: bytes,
+    sha256: str,
+    root: Path,
+    content_type: str | None = None,
+    filename: str | None = None,
+) -> tuple[dict[str, Any], str | None]:
+    """New content (and optionally type or name); returns (attachment, digest no longer used here)."""
+    row = require_attachment(tx.conn, attachment_id)
+    task = require_task(tx.conn, row["task_id"])
+    refuse_archived(task)
+    check_size(data)
+    filename = check_filename(filename) if filename is not None else row["filename"]
+    content_type = content_type or row["content_type"]
+    if (sha256, filename, content_type) == (row["sha256"], row["filename"], row["content_type"]):
+        return attachment_to_dict(row), None  # the same bytes again are not a change
+    _ensure_blob(root, sha256, data)
+    tx.execute(
+        "UPDATE attachments SET filename = ?, content_type = ?, size = ?, sha256 = ?, updated_at = ? WHERE id = ?",
+        (filename, content_type, len(data), sha256, tx.now, attachment_id),
+    )
+    tx.record(
+        events.ATTACHMENT_UPDATED,
+        events.attachment_updated(attachment_id=attachment_id, filename=filename, content_type=content_type, size=len(data)),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    released = row["sha256"] if row["sha256"] != sha256 else None
+    return get_attachment(tx.conn, attachment_id), released
+
+
+def remove_attachment(tx: Tx, attachment_id: str) -> dict[str, Any]:
+    row = require_attachment(tx.conn, attachment_id)
+    task = require_task(tx.conn, row["task_id"])
+    refuse_archived(task)
+    tx.execute("DELETE FROM attachments WHERE id = ?", (attachment_id,))
+    tx.record(
+        events.ATTACHMENT_REMOVED,
+        events.attachment_removed(
+            attachment_id=attachment_id, filename=row["filename"], content_type=row["content_type"], size=row["size"]
+        ),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    return attachment_to_dict(row)
+
+
+def purge_blob(tx: Tx, sha256: str, root: Path) -> bool:
+    """Unlink a blob no row names any more. Writes no row: the removal was already recorded."""
+    if tx.one("SELECT 1 FROM attachments WHERE sha256 = ? LIMIT 1", (sha256,)) is not None:
+        return False
+    blob_path(root, sha256).unlink(missing_ok=True)
+    return True

@@ -1,0 +1,173 @@
+"""Labels (list and GC) and the actor dictionary (SPEC §4.4, §5).
+
+Label use counts are a cache kept by the task commands (``common.apply_labels``); the GC recounts
+them from the tasks themselves, repairs any that disagree and archives the labels nobody has used
+for a while. Archiving is a fact (one ``label_gc`` row, written by the board as ``system``);
+repairing a cached count is not, so a GC that archives nothing writes no row.
+"""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+from datetime import timedelta
+from typing import Any
+
+import orjson
+
+from shared import events
+from shared.errors import validation
+from shared.timestamps import format_timestamp, parse_timestamp
+
+from ..queries import require_project
+from ..store import SYSTEM_ACTOR, Tx
+
+DEFAULT_TTL_DAYS = 30
+LABEL_FIELDS = ("project_id", "name", "use_count", "created_at", "last_used_at", "archived_at")
+ACTOR_FIELDS = ("kind", "id", "use_count", "first_seen_at", "last_seen_at")
+
+
+def encode_key_cursor(*key: str) -> str:
+    """An opaque cursor over a composite text key (labels and actors have no integer id)."""
+    return base64.urlsafe_b64encode(b"k:" + orjson.dumps(list(key))).decode().rstrip("=")
+
+
+def decode_key_cursor(text: str, width: int) -> list[str]:
+    try:
+        raw = base64.urlsafe_b64decode((text + "=" * (-len(text) % 4)).encode())
+        if not raw.startswith(b"k:"):
+            raise ValueError
+        key = orjson.loads(raw[2:])
+        if not isinstance(key, list) or len(key) != width or not all(isinstance(part, str) for part in key):
+            raise ValueError
+        return key
+    except ValueError as exc:  # binascii.Error and orjson.JSONDecodeError are ValueErrors
+        raise validation("malformed cursor", cursor=text) from exc
+
+
+def _page(rows: list[sqlite3.Row], fields: tuple[str, ...], key: tuple[str, str], limit: int) -> dict[str, Any]:
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return {
+        "items": [{name: row[name] for name in fields} for row in rows],
+        "next_cursor": encode_key_cursor(rows[-1][key[0]], rows[-1][key[1]]) if more else None,
+    }
+
+
+def list_labels(
+    conn: sqlite3.Connection,
+    *,
+    project: str | None = None,
+    archived: bool = False,
+    cursor: str | None = None,
+    limit: int = 100,
+) -> dict[str, Any]:
+    """Labels by (project, name); archived ones only when asked for."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if project is not None:
+        require_project(conn, project)
+        clauses.append("project_id = ?")
+        params.append(project)
+    if not archived:
+        clauses.append("archived_at IS NULL")
+    if cursor is not None:
+        clauses.append("(project_id, name) > (?, ?)")
+        params.extend(decode_key_cursor(cursor, 2))
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = conn.execute(
+        f"SELECT * FROM labels {where} ORDER BY project_id, name LIMIT ?", (*params, limit + 1)
+    ).fetchall()
+    return _page(rows, LABEL_FIELDS, ("project_id", "name"), limit)
+
+
+def list_actors(
+    conn: sqlite3.Connection, *, kind: str | None = None, cursor: str | None = None, limit: int = 100
+) -> dict[str, Any]:
+    """The assignee/reporter dictionary by (kind, id)."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if kind is not None:
+        clauses.append("kind = ?")
+        params.append(kind)
+    if cursor is not None:
+        clauses.append("(kind, id) > (?, ?)")
+        params.extend(decode_key_cursor(cursor, 2))
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = conn.execute(f"SELECT * FROM actors {where} ORDER BY kind, id LIMIT ?", (*params, limit + 1)).fetchall()
+    return _page(rows, ACTOR_FIELDS, ("kind", "id"), limit)
+
+
+def gc_labels(
+    tx: Tx,
+    *,
+    project: str | None = None,
+    ttl_days: int = DEFAULT_TTL_DAYS,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Recount every label from live tasks, repair wrong counts, archive the long-unused ones.
+
+    Writes one ``label_gc`` row as ``system`` (the caller is named in its ``reason``) and only when
+    something was archived. ``archived`` names each label as ``project/name`` whatever the scope, so
+    a board-wide run is unambiguous (a project id never contains '/').
+    """
+    if ttl_days < 0:
+        raise validation("ttl_days must be at least 0", ttl_days=ttl_days)
+    if project is not None:
+        require_project(tx.conn, project)
+    scope, params = ("WHERE project_id = ?", (project,)) if project is not None else ("", ())
+    real = {
+        (row["project_id"], row["name"]): row["uses"]
+        for row in tx.all(
+            "SELECT t.project_id, j.value AS name, count(*) AS uses FROM tasks t, json_each(t.labels_json) j"
+            f" WHERE t.archived_at IS NULL {'AND t.project_id = ?' if project is not None else ''}"
+            " GROUP BY t.project_id, j.value",
+            params,
+        )
+    }
+    cutoff = format_timestamp(parse_timestamp(tx.now) - timedelta(days=ttl_days))
+    mismatched: list[tuple[str, str, int]] = []
+    to_archive: list[tuple[str, str]] = []
+    kept = 0
+    for row in tx.all(f"SELECT * FROM labels {scope} ORDER BY project_id, name", params):
+        key = (row["project_id"], row["name"])
+        uses = real.get(key, 0)
+        if uses != row["use_count"]:
+            mismatched.append((*key, uses))
+        if row["archived_at"] is not None:
+            continue
+        if uses == 0 and row["last_used_at"] <= cutoff:
+            to_archive.append(key)
+        else:
+            kept += 1
+    names = [f"{project_id}/{name}" for project_id, name in to_archive]
+    result: dict[str, Any] = {
+        "archived": names,
+        "kept": kept,
+        "mismatched": len(mismatched),
+        "ttl_days": ttl_days,
+        "dry_run": dry_run,
+        "revision": None,
+    }
+    if dry_run:
+        return result
+    for project_id, name, uses in mismatched:
+        tx.execute("UPDATE labels SET use_count = ? WHERE project_id = ? AND name = ?", (uses, project_id, name))
+    if not to_archive:
+        return result
+    for project_id, name in to_archive:
+        tx.execute("UPDATE labels SET archived_at = ? WHERE project_id = ? AND name = ?", (tx.now, project_id, name))
+    result["revision"] = tx.record(
+        events.LABEL_GC,
+        events.label_gc(
+            archived=names,
+            kept=kept,
+            mismatched=len(mismatched),
+            reason=f"requested by {tx.actor.kind}:{tx.actor.id}",
+            ttl_days=ttl_days,
+        ),
+        task_id=None,
+        project_id=project,
+        actor=SYSTEM_ACTOR,
+    )
+    return result

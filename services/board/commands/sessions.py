@@ -1,0 +1,124 @@
+"""Agent sessions working a card: register (or resume), close, list (SPEC §4.4).
+
+A session's id is derived from the task, the owner and the segment number, so an agent that
+resumes after a crash registers the same id again instead of leaving a ghost behind. Registering
+an open session again is a phase update when the phase changed and nothing at all when it did not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from typing import Any
+
+from shared import events
+from shared.errors import TaskloomError, not_found, validation
+
+from ..queries import require_task
+from ..store import Tx
+from .common import load_task, refuse_archived
+
+CLOSE_STATUSES = ("completed", "failed", "abandoned")
+PHASE_MAX_CHARS = 64
+SESSION_FIELDS = (
+    "id", "task_id", "owner_kind", "owner_id", "seg", "phase", "status", "created_at", "updated_at", "closed_at",
+)
+
+
+def session_id(task_id: str, owner_kind: str, owner_id: str, seg: int) -> str:
+    """Deterministic: the same task, owner and segment always name the same session."""
+    digest = hashlib.sha256(f"{task_id}\0{owner_kind}\0{owner_id}\0{seg}".encode()).hexdigest()
+    return f"ses_{digest[:24]}"
+
+
+def session_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+    return {name: row[name] for name in SESSION_FIELDS}
+
+
+def register_session(
+    tx: Tx,
+    ref: str,
+    *,
+    seg: int,
+    phase: str,
+    owner_kind: str | None = None,
+    owner_id: str | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Open a session or move an open one to a new phase; returns (session, created)."""
+    task = load_task(tx, ref)
+    refuse_archived(task)
+    if seg < 0:
+        raise validation("seg must be at least 0", seg=seg)
+    phase = phase.strip()
+    if not phase or len(phase) > PHASE_MAX_CHARS:
+        raise validation(f"phase must be 1–{PHASE_MAX_CHARS} characters", phase=phase)
+    if (owner_kind is None) != (owner_id is None):
+        raise validation("owner_kind and owner_id go together", owner_kind=owner_kind, owner_id=owner_id)
+    if owner_kind is None or owner_id is None:
+        owner_kind, owner_id = tx.actor.kind, tx.actor.id
+    if not owner_kind.strip() or not owner_id.strip():
+        raise validation("owner_kind and owner_id must not be empty", owner_kind=owner_kind, owner_id=owner_id)
+
+    sid = session_id(task["id"], owner_kind, owner_id, seg)
+    existing = tx.one("SELECT * FROM agent_sessions WHERE id = ?", (sid,))
+    if existing is not None:
+        if existing["status"] != "open":
+            raise TaskloomError(
+                "CONFLICT",
+                f"session {sid} is {existing['status']}; a closed session is not resumed",
+                details={"session_id": sid, "status": existing["status"]},
+                hint="register the next segment (seg + 1) to start a new session",
+            )
+        if existing["phase"] == phase:
+            return session_to_dict(existing), False  # a resume in the same phase is not a new fact
+        tx.execute("UPDATE agent_sessions SET phase = ?, updated_at = ? WHERE id = ?", (phase, tx.now, sid))
+        created = False
+    else:
+        tx.execute(
+            "INSERT INTO agent_sessions (id, task_id, owner_kind, owner_id, seg, phase, status, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'open', ?, ?)",
+            (sid, task["id"], owner_kind, owner_id, seg, phase, tx.now, tx.now),
+        )
+        created = True
+    tx.record(
+        events.SESSION_REGISTERED,
+        events.session_registered(session_id=sid, seg=seg, owner_kind=owner_kind, phase=phase),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    return session_to_dict(tx.one("SELECT * FROM agent_sessions WHERE id = ?", (sid,))), created
+
+
+def close_session(tx: Tx, ref: str, sid: str, *, status: str) -> dict[str, Any]:
+    task = load_task(tx, ref)
+    if status not in CLOSE_STATUSES:
+        raise validation(f"status must be one of {', '.join(CLOSE_STATUSES)}", status=status)
+    row = tx.one("SELECT * FROM agent_sessions WHERE id = ? AND task_id = ?", (sid, task["id"]))
+    if row is None:
+        raise not_found("session", sid)
+    if row["status"] != "open":
+        raise TaskloomError(
+            "CONFLICT",
+            f"session {sid} is already {row['status']}",
+            details={"session_id": sid, "status": row["status"]},
+        )
+    tx.execute(
+        "UPDATE agent_sessions SET status = ?, closed_at = ?, updated_at = ? WHERE id = ?",
+        (status, tx.now, tx.now, sid),
+    )
+    tx.record(
+        events.SESSION_CLOSED,
+        events.session_closed(session_id=sid, status=status),
+        task_id=task["id"],
+        project_id=task["project_id"],
+    )
+    return session_to_dict(tx.one("SELECT * FROM agent_sessions WHERE id = ?", (sid,)))
+
+
+def list_sessions(conn: sqlite3.Connection, ref: str, *, status: str | None = None) -> dict[str, Any]:
+    task = require_task(conn, ref)
+    rows = conn.execute(
+        "SELECT * FROM agent_sessions WHERE task_id = ? AND (? IS NULL OR status = ?) ORDER BY created_at, seg, rowid",
+        (task["id"], status, status),
+    ).fetchall()
+    return {"items": [session_to_dict(row) for row in rows], "next_cursor": None}
