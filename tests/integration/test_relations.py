@@ -362,3 +362,20 @@ async def test_relations_are_immutable_but_removable(client: BoardClient, board:
             conn.execute("UPDATE relations SET target_id = ? WHERE id = ?", (c["id"], relation["id"]))
         conn.execute("DELETE FROM relations WHERE id = ?", (relation["id"],))
         assert conn.execute("SELECT count(*) FROM relations").fetchone()[0] == 0
+
+
+async def test_blocks_cycle_trigger_holds_for_a_raw_writer(client: BoardClient, board: RunningBoard) -> None:
+    """The schema refuses a `blocks` cycle even from a writer that skips the command's check."""
+    assert (await client.post("/api/v1/projects", {"id": "cyc"})).status == 201
+    a = (await client.post("/api/v1/tasks", {"project": "cyc", "title": "A"})).body
+    b = (await client.post("/api/v1/tasks", {"project": "cyc", "title": "B"})).body
+    assert (await client.post(f"/api/v1/tasks/{a['id']}/relations", {"type": "blocks", "target": b["id"]})).status == 201
+    conn = sqlite3.connect(board.data_dir / "board.sqlite")
+    try:
+        with pytest.raises(sqlite3.IntegrityError, match="RELATION_CYCLE"):
+            conn.execute(
+                "INSERT INTO relations (id, type, source_id, target_id, created_at) VALUES ('r2', 'blocks', ?, ?, 'now')",
+                (b["id"], a["id"]),
+            )
+    finally:
+        conn.close()
