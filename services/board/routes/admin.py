@@ -1,7 +1,65 @@
-"""Routes for board administration (being built; see the open issue)."""
+"""Board administration: token rotation and the board's own status (for ``taskctl``).
+
+Rotating the token is not an event (SPEC §4.4): it changes no board state. The new token is
+written to the token file first (atomically, owner-only) and only then swapped in memory, so a
+failed write leaves the old token working. The answer never carries the token: clients read the
+file, exactly as they found the old one.
+"""
 
 from __future__ import annotations
 
-from ..api import Route
+import asyncio
+import os
+import time
+from typing import Any
 
-ROUTES: list[Route] = []
+import structlog
+
+from .. import activities, auth
+from ..api import PREFIX, Call, Route
+
+log = structlog.get_logger("taskd")
+#: When this process started serving, for the status answer's uptime.
+_STARTED = time.monotonic()
+
+
+async def rotate_token(call: Call) -> Any:
+    from ..app import CREDENTIALS  # the app module owns the keys; imported late to avoid a cycle
+
+    actor = call.actor  # an anonymous rotation is refused like any other write
+    path = call.settings.token_path
+    token = auth.new_token()
+    # fsync off the loop: a slow disk must not stall every open stream.
+    await asyncio.get_running_loop().run_in_executor(None, auth.write_token, path, token)
+    call.request.app[CREDENTIALS].replace_token(token)
+    log.info("token_rotated", actor=f"{actor.kind}:{actor.id}", fingerprint=auth.token_fingerprint(token))
+    return {"rotated": True, "token_file": str(path)}
+
+
+def _status(conn: Any) -> dict[str, Any]:
+    meta = activities.board_meta(conn)
+    return {"board_id": meta["board_id"], "revision": activities.head(conn), "floor": int(meta.get("floor", "0"))}
+
+
+async def board_status(call: Call) -> Any:
+    from .meta import VERSION
+
+    settings = call.settings
+    return {
+        **await call.store.query(_status),
+        "version": VERSION,
+        "pid": os.getpid(),
+        "data_dir": str(settings.data_dir),
+        "database": str(settings.database_path),
+        "token_file": str(settings.token_path),
+        "uptime_seconds": round(time.monotonic() - _STARTED, 1),
+    }
+
+
+ROUTES = [
+    Route("POST", f"{PREFIX}/token/rotate", rotate_token,
+          "Replace the board token with a new one written to the token file (the answer never holds it)",
+          body={}),
+    Route("GET", f"{PREFIX}/board/status", board_status,
+          "Where this board runs: pid, data directory, database, token file (never the token)"),
+]

@@ -1,0 +1,219 @@
+"""What every taskctl command shares: the global options, the board connection, the printer.
+
+The options ``--url --token --actor --actor-kind --json`` are accepted both before the group
+(``taskctl --json task list``) and on every command (``taskctl task list --json``); the
+command's own value wins. A command reads them through :func:`current`:
+
+    inv = current()
+    task = inv.call("GET", f"/api/v1/tasks/{ref}")
+    inv.out.result(task, render)
+
+``inv.board()`` resolves (and may autostart) the board only when a command first needs it.
+"""
+
+from __future__ import annotations
+
+import json as jsonlib
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import click
+
+from .context import Actor, Board, BoardHttp, TaskctlError, resolve_actor, resolve_board
+from .output import Output
+
+API = "/api/v1"
+_META_KEY = "taskloom.invocation"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Invocation:
+    url: str | None = None
+    token: str | None = field(default=None, repr=False)
+    actor: str | None = None
+    actor_kind: str | None = None
+    json: bool = False
+    _board: Board | None = field(default=None, repr=False)
+    _http: BoardHttp | None = field(default=None, repr=False)
+    _out: Output | None = field(default=None, repr=False)
+
+    @property
+    def out(self) -> Output:
+        if self._out is None or self._out.json != self.json:
+            self._out = Output(json=self.json)
+        return self._out
+
+    def who(self) -> Actor:
+        return resolve_actor(self.actor, self.actor_kind)
+
+    def board(self, *, autostart: bool = True) -> Board:
+        if self._board is None:
+            self._board = resolve_board(self.url, self.token, autostart=autostart, announce=self.out.note)
+        return self._board
+
+    def http(self) -> BoardHttp:
+        if self._http is None:
+            self._http = BoardHttp(self.board(), self.who())
+        return self._http
+
+    def call(self, method: str, path: str, json: Any = None, **kw: Any) -> Any:
+        """A board request under ``/api/v1``; a refusal raises TaskctlError (exit 1)."""
+        return self.http().call(method, API + path, json, **kw)
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+
+
+#: The invocation the error handler in ``main`` reads to choose JSON or human error output.
+LAST: list[Invocation] = []
+
+
+def current(ctx: click.Context | None = None) -> Invocation:
+    ctx = ctx or click.get_current_context()
+    inv = ctx.meta.get(_META_KEY)
+    if inv is None:
+        inv = ctx.meta[_META_KEY] = Invocation()
+        LAST[:] = [inv]
+        ctx.call_on_close(inv.close)
+    return inv
+
+
+def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    # A flag left off (False) or an option not given (None) keeps what the group level set.
+    if value is not None and value is not False:
+        setattr(current(ctx), param.name or "", value)
+    return value
+
+
+def global_params() -> list[click.Option]:
+    """Fresh instances of the five global options (values land in the invocation)."""
+    return [
+        click.Option(["--json", "json"], is_flag=True, default=False, expose_value=False, callback=_store, is_eager=True,
+                     help='Print {"ok": true, "data": …} or {"ok": false, "error": …} on stdout.'),
+        click.Option(["--url"], metavar="URL", expose_value=False, callback=_store,
+                     help="Board URL (default: TASKLOOM_URL, the running board's pointer, else autostart)."),
+        click.Option(["--token"], metavar="TOKEN", expose_value=False, callback=_store,
+                     help="Board token (default: TASKLOOM_TOKEN, else the token file). Prefer the env var."),
+        click.Option(["--actor"], metavar="ID", expose_value=False, callback=_store,
+                     help="Who is acting (default: TASKLOOM_ACTOR, else your user name)."),
+        click.Option(["--actor-kind"], metavar="KIND", expose_value=False, callback=_store,
+                     help="The actor's kind: human or a platform name (default: TASKLOOM_ACTOR_KIND, else human)."),
+    ]
+
+
+def global_options(f: F) -> F:
+    """Decorator form, for a group or a command defined outside :func:`command`."""
+    if isinstance(f, click.Command):
+        f.params.extend(global_params())
+        return f
+    params = getattr(f, "__click_params__", [])
+    # click reverses decorator order; prepending keeps them after the command's own options.
+    f.__click_params__ = [*reversed(global_params()), *params]  # type: ignore[attr-defined]
+    return f
+
+
+def command(group: click.Group, name: str, **kw: Any) -> Callable[[F], click.Command]:
+    """``@group.command`` with the global options listed after the command's own."""
+
+    def wrap(f: F) -> click.Command:
+        made = group.command(name, **kw)(f)
+        made.params.extend(global_params())
+        return made
+
+    return wrap
+
+
+# -- argument helpers --------------------------------------------------------------------------
+
+
+def read_text(source: str, what: str) -> str:
+    """The text of FILE, or of stdin for ``-``."""
+    if source == "-":
+        return sys.stdin.read()
+    try:
+        with open(source, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {what} {source!r}: {exc.strerror}") from None
+
+
+def text_or_file(text: str | None, source: str | None, what: str, *, required: bool = True) -> str | None:
+    """A text given inline or as ``--file FILE|-``, not both."""
+    if text is not None and source is not None:
+        raise click.UsageError(f"give the {what} inline or with --file, not both")
+    if source is not None:
+        return read_text(source, what)
+    if text is None and required:
+        raise click.UsageError(f"the {what} is missing: give it inline, or with --file FILE (- for stdin)")
+    return text
+
+
+def json_object(value: str | None, what: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        parsed = jsonlib.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{what} must be a JSON object: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(f"{what} must be a JSON object, not {type(parsed).__name__}")
+    return parsed
+
+
+def actor_ref(value: str | None, what: str) -> tuple[str, str] | None:
+    """``KIND:ID`` or a bare ``ID`` (kind human) → (kind, id)."""
+    if value is None:
+        return None
+    kind, sep, actor_id = value.partition(":")
+    if not sep:
+        kind, actor_id = "human", value
+    if not kind or not actor_id:
+        raise click.BadParameter(f"{what} must be ID or KIND:ID, got {value!r}")
+    return kind, actor_id
+
+
+def drop_none(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in mapping.items() if value is not None}
+
+
+def fail(code: str, message: str, **kw: Any) -> TaskctlError:
+    return TaskctlError(code, message, **kw)
+
+
+class TaskRef(click.ParamType):
+    """A task uuid or identifier; ``demo-7`` is read as ``DEMO-0007``."""
+
+    name = "ref"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value).strip()
+        if not text:
+            self.fail("a task ref must not be empty", param, ctx)
+        prefix, sep, number = text.rpartition("-")
+        if sep and prefix and number.isdigit() and prefix.replace("-", "").isalnum() and len(number) < 4:
+            return f"{prefix.replace('-', '').upper()}-{int(number):04d}"
+        return text
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        """Identifiers of the running board's live tasks; silent (no candidates) when none answers."""
+        from click.shell_completion import CompletionItem
+
+        try:
+            board = resolve_board(autostart=False)
+            with BoardHttp(board, timeout=1.0) as http:
+                page = http.call("GET", API + "/tasks", query={"limit": 1000})
+        except Exception:
+            return []
+        wanted = incomplete.upper()
+        return [
+            CompletionItem(task["identifier"], help=task.get("title"))
+            for task in page.get("items", [])
+            if str(task.get("identifier", "")).startswith(wanted)
+        ]
+
+
+REF = TaskRef()
