@@ -7,6 +7,7 @@ unknown query parameters or body fields are refused by name before a handler run
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,12 +16,19 @@ import orjson
 from aiohttp import web
 
 from shared.errors import TaskloomError, validation
+from shared.events import SYSTEM
 
+from . import domain
 from .store import Actor, SqliteStore
 
 MAX_BODY_BYTES = 1 << 20
 MAX_ATTACHMENT_BYTES = 8 << 20
 PREFIX = "/api/v1"
+#: SQLite integers are signed 64-bit; a larger number would fail deep in the driver as a 500.
+INT_MIN = -(1 << 63)
+INT_MAX = (1 << 63) - 1
+#: ASCII digits only: ``str.isdigit`` also takes '²' and '١', which ``int()`` reads or refuses.
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,8 @@ def _check_value(name: str, spec: F, value: Any) -> Any:
     if spec.enum is not None and value not in spec.enum:
         raise validation(f"{name} must be one of {', '.join(spec.enum)}", field=name, value=value)
     if spec.type == "int":
+        if not INT_MIN <= value <= INT_MAX:
+            raise validation(f"{name} is out of range (a signed 64-bit integer)", field=name, value=str(value))
         if spec.minimum is not None and value < spec.minimum:
             raise validation(f"{name} must be at least {spec.minimum}", field=name, value=value)
         if spec.maximum is not None and value > spec.maximum:
@@ -90,8 +100,8 @@ def check_body(payload: Any, schema: Schema) -> dict[str, Any]:
 
 def _parse_query_value(name: str, spec: F, raw: str) -> Any:
     if spec.type == "int":
-        if not raw.lstrip("-").isdigit():
-            raise validation(f"{name} must be an integer", field=name, value=raw)
+        if not _INTEGER.fullmatch(raw) or len(raw) > 20:
+            raise validation(f"{name} must be an integer", field=name, value=raw[:40])
         return _check_value(name, spec, int(raw))
     if spec.type == "bool":
         if raw not in ("true", "false", "1", "0"):
@@ -110,6 +120,15 @@ def check_query(query: Mapping[str, str], schema: Schema) -> dict[str, Any]:
     unknown = sorted(set(query) - set(schema))
     if unknown:
         raise validation(f"unknown query parameter{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}", unknown=unknown)
+    getall = getattr(query, "getall", None)
+    if getall is not None:
+        # ?status=todo&status=done would silently mean "todo" only; lists are comma-separated.
+        repeated = sorted(name for name in set(query) if len(getall(name)) > 1)
+        if repeated:
+            raise validation(
+                f"query parameter given more than once: {', '.join(repeated)}; send one (lists are comma-separated)",
+                repeated=repeated,
+            )
     checked: dict[str, Any] = {}
     for name, spec in schema.items():
         if name in query:
@@ -179,6 +198,8 @@ class Route:
     max_body: int = MAX_BODY_BYTES
     auth: bool = True
     tag: str = "board"
+    #: The success statuses it answers with (201 when it creates), for the OpenAPI document.
+    success: tuple[int, ...] = (200,)
 
 
 ACTOR_HEADER = "X-Taskloom-Actor"
@@ -193,6 +214,13 @@ def resolve_actor(request: web.Request) -> Actor:
     if actor_id:
         if len(actor_id) > 200 or len(kind) > 64:
             raise validation("actor id or kind is too long", actor=actor_id[:64])
+        domain.check_actor_kind(kind, ACTOR_KIND_HEADER)
+        if kind == SYSTEM:
+            raise validation(
+                f"{SYSTEM} is the board's own actor (rollups, label GC); a client writes as itself",
+                field=ACTOR_KIND_HEADER,
+                value=kind,
+            )
         return Actor(kind, actor_id)
     default = request.app.get(DEFAULT_ACTOR)
     if isinstance(default, Actor):
@@ -205,20 +233,23 @@ def resolve_actor(request: web.Request) -> Actor:
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
-    """Read at most ``limit`` bytes; a longer body is 413 whatever its Content-Length claims."""
-    if request.content_length is not None and request.content_length > limit:
-        raise TaskloomError(
-            "PAYLOAD_TOO_LARGE",
-            f"request body is {request.content_length} bytes; the limit is {limit}",
-            details={"limit": limit},
-        )
-    # content.read(n) returns what is buffered, not n bytes: collect chunks until EOF or the cap.
+    """The whole body, refusing more than ``limit`` bytes whatever Content-Length claims.
+
+    ``StreamReader.read(n)`` returns what is buffered, not ``n`` bytes, so chunks are collected
+    until EOF. An oversize body is read up to the limit before the refusal rather than refused on
+    its Content-Length alone: a refusal that leaves megabytes in flight makes aiohttp linger on
+    the connection for its full lingering time (10 s) before it can close it.
+    """
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_chunked(64 * 1024):
         size += len(chunk)
         if size > limit:
-            raise TaskloomError("PAYLOAD_TOO_LARGE", f"request body exceeds {limit} bytes", details={"limit": limit})
+            raise TaskloomError(
+                "PAYLOAD_TOO_LARGE",
+                f"the request body exceeds {limit} bytes",
+                details={"limit": limit, "content_length": request.content_length},
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 

@@ -72,9 +72,12 @@ class Credentials:
         self._codes.clear()
 
     def check_bearer(self, header: str | None) -> bool:
-        if not header or not header.startswith("Bearer "):
+        if not header:
             return False
-        return hmac.compare_digest(header[len("Bearer "):].strip().encode(), self._token.encode())
+        scheme, _, credentials = header.strip().partition(" ")
+        if scheme.lower() != "bearer":  # RFC 9110 §11.1: the scheme is case-insensitive
+            return False
+        return hmac.compare_digest(credentials.strip().encode(), self._token.encode())
 
     def _sign(self, nonce: str) -> str:
         return hmac.new(self._token.encode(), f"session:{nonce}".encode(), hashlib.sha256).hexdigest()

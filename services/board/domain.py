@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from shared.errors import validation
+
 STATUSES: Final = ("backlog", "todo", "in_progress", "awaiting", "blocked", "in_review", "done", "canceled")
 TERMINAL: Final = frozenset({"done", "canceled"})
 KINDS: Final = ("task", "epic", "bug", "review")
@@ -27,6 +29,8 @@ TRANSITIONS: Final[dict[str, frozenset[str]]] = {
 #: Reopen is the only way out of a terminal status.
 REOPEN: Final[frozenset[tuple[str, str]]] = frozenset({("done", "todo"), ("canceled", "todo")})
 
+TITLE_MAX_CHARS: Final = 500
+PROJECT_NAME_MAX_CHARS: Final = 200
 MIN_REASON_CHARS: Final = 8
 MAX_PARENT_DEPTH: Final = 8
 MAX_PARENT_FAN_IN: Final = 8
@@ -35,6 +39,22 @@ ATTACHMENT_MAX_BYTES: Final = 8 * 1024 * 1024
 #: Claim freshness windows (SPEC §4.4), in seconds; configurable per board.
 CLAIM_FRESH_SECONDS: Final = 10 * 60
 CLAIM_STALE_SECONDS: Final = 6 * 60 * 60
+
+
+#: Role words, not platforms: never written as an actor kind (SPEC §4.1).
+ROLE_WORDS: Final = frozenset({"agent", "taskd"})
+
+
+def check_actor_kind(kind: str, field: str) -> str:
+    """Refuse a role word where a platform name (``claude``, ``codex``) or ``human`` belongs."""
+    if kind.strip().lower() in ROLE_WORDS:
+        raise validation(
+            f"{field} {kind!r} is a role, not a kind: name the platform the agent runs on (claude, codex, …)"
+            " or human",
+            field=field,
+            value=kind,
+        )
+    return kind
 
 
 def can_move(from_status: str, to_status: str) -> bool:

@@ -9,6 +9,7 @@ from .api import F, Route
 
 _JSON_TYPES = {"str": "string", "int": "integer", "bool": "boolean", "list": "array", "dict": "object"}
 _PATH_PARAM = re.compile(r"{(\w+)}")
+SUCCESS_WORDS = {200: "OK", 201: "Created"}
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -62,7 +63,7 @@ def operation(route: Route) -> dict[str, Any]:
         "tags": [route.tag],
         "parameters": parameters,
         "responses": {
-            "200": {"description": "OK"},
+            **{str(status): {"description": SUCCESS_WORDS.get(status, "OK")} for status in route.success},
             "default": {"description": "Error", "content": {"application/json": {"schema": ERROR_SCHEMA}}},
         },
     }

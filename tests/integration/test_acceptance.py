@@ -3,40 +3,23 @@
 from __future__ import annotations
 
 import sqlite3
-from contextlib import closing
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
-from tests.support.board import BoardClient, RunningBoard
-
-pytestmark = pytest.mark.asyncio
-
-API = "/api/v1"
-REPORT = (
-    "## Summary\n\nThe docs site builds again.\n\n"
-    "## Changes\n\n- docs/conf.py: pin the theme\n\n"
-    "## Verification\n\n- make docs: no warnings\n"
+from tests.support.board import (
+    API,
+    REPORT,
+    BoardClient,
+    RunningBoard,
+    activity_count,
+    make_task,
+    raw_connection,
+    task_rows,
 )
 
-
-async def activity_count(board: RunningBoard) -> int:
-    return await board.store.query(lambda conn: conn.execute("SELECT count(*) FROM task_activities").fetchone()[0])
-
-
-async def make_task(client: BoardClient, **fields: object) -> dict[str, Any]:
-    if (await client.get(f"{API}/projects/demo")).status == 404:
-        assert (await client.post(f"{API}/projects", {"id": "demo", "name": "Demo"})).status == 201
-    reply = await client.post(f"{API}/tasks", {"project": "demo", "title": "Write the docs", **fields})
-    assert reply.status == 201, reply.body
-    return reply.body
-
-
-async def task_rows(client: BoardClient, task_id: str) -> list[dict[str, Any]]:
-    reply = await client.get(f"{API}/tasks/{task_id}/activities?limit=1000")
-    assert reply.status == 200, reply.body
-    return reply.body["items"]
+pytestmark = pytest.mark.asyncio
 
 
 async def add_items(client: BoardClient, task_id: str, *texts: str) -> dict[str, Any]:
@@ -257,7 +240,7 @@ async def test_deleting_an_item_without_an_audit_row_is_refused_by_the_schema(
 ) -> None:
     task = await make_task(client)
     item = (await add_items(client, task["id"], "Docs build"))["items"][0]
-    with closing(sqlite3.connect(board.data_dir / "board.sqlite")) as conn:
+    with raw_connection(board) as conn:
         with pytest.raises(sqlite3.IntegrityError, match="ACCEPTANCE_PRUNE_UNAUDITED"):
             conn.execute("DELETE FROM acceptance_items WHERE id = ?", (item["id"],))
         with pytest.raises(sqlite3.IntegrityError, match="ACCEPTANCE_IMMUTABLE"):

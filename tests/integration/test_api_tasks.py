@@ -7,21 +7,9 @@ import sqlite3
 
 import pytest
 
-from tests.support.board import BoardClient, RunningBoard
+from tests.support.board import BoardClient, RunningBoard, activity_count, make_task
 
 pytestmark = pytest.mark.asyncio
-
-
-async def activity_count(board: RunningBoard) -> int:
-    return await board.store.query(lambda conn: conn.execute("SELECT count(*) FROM task_activities").fetchone()[0])
-
-
-async def make_task(client: BoardClient, **fields: object) -> dict:
-    if (await client.get("/api/v1/projects/demo")).status == 404:
-        assert (await client.post("/api/v1/projects", {"id": "demo", "name": "Demo"})).status == 201
-    reply = await client.post("/api/v1/tasks", {"project": "demo", "title": "Write the docs", **fields})
-    assert reply.status == 201, reply.body
-    return reply.body
 
 
 async def test_health_needs_no_token(client: BoardClient) -> None:

@@ -13,21 +13,22 @@ import pytest
 
 from services.board.commands import attachments
 from services.board.store import Actor
-from tests.support.board import BoardClient, RunningBoard
+from tests.support.board import (
+    BoardClient,
+    RunningBoard,
+    last_row,
+    make_task,
+    row_counts,
+)
 
 pytestmark = pytest.mark.asyncio
 
 MiB = 1 << 20
 
 
-async def counts(board: RunningBoard) -> tuple[int, int]:
+async def counts(board: RunningBoard) -> tuple[int, ...]:
     """(activity rows, attachment rows)."""
-    return await board.store.query(
-        lambda conn: (
-            conn.execute("SELECT count(*) FROM task_activities").fetchone()[0],
-            conn.execute("SELECT count(*) FROM attachments").fetchone()[0],
-        )
-    )
+    return await row_counts(board, "task_activities", "attachments")
 
 
 def blobs(board: RunningBoard) -> list[Path]:
@@ -39,14 +40,6 @@ def blobs(board: RunningBoard) -> list[Path]:
 def blob(board: RunningBoard, data: bytes) -> Path:
     digest = hashlib.sha256(data).hexdigest()
     return board.data_dir / "attachments" / digest[:2] / digest
-
-
-async def make_task(client: BoardClient, title: str = "Has files") -> dict:
-    if (await client.get("/api/v1/projects/demo")).status == 404:
-        assert (await client.post("/api/v1/projects", {"id": "demo"})).status == 201
-    reply = await client.post("/api/v1/tasks", {"project": "demo", "title": title})
-    assert reply.status == 201, reply.body
-    return reply.body
 
 
 async def upload(client: BoardClient, task: dict, filename: str, data: bytes, content_type: str = "text/plain", **kw):
@@ -65,10 +58,6 @@ async def attach(client: BoardClient, task: dict, filename: str, data: bytes, co
     return reply.body
 
 
-async def last_row(client: BoardClient, task: dict) -> dict:
-    return (await client.get(f"/api/v1/tasks/{task['id']}/activities")).body["items"][-1]
-
-
 # -- happy paths --------------------------------------------------------------------------------
 
 
@@ -84,7 +73,7 @@ async def test_upload_stores_the_blob_then_the_row(client: BoardClient, board: R
     assert blob(board, data).read_bytes() == data
     assert blobs(board) == [blob(board, data)]
 
-    row = await last_row(client, task)
+    row = await last_row(client, task["id"])
     assert row["event"] == "attachment_added" and row["task_id"] == task["id"]
     assert row["changes"] == {
         "attachmentId": meta["id"], "filename": "notes.md", "content_type": "text/markdown; charset=utf-8", "size": len(data),
@@ -128,7 +117,7 @@ async def test_replace_writes_attachment_updated_and_drops_the_old_blob(client: 
                                  headers={"Content-Type": "text/plain"})
     assert reply.status == 200, reply.body
     assert reply.body["size"] == len(b"version two, longer") and reply.body["id"] == meta["id"]
-    row = await last_row(client, task)
+    row = await last_row(client, task["id"])
     assert row["event"] == "attachment_updated"
     assert row["changes"] == {"attachmentId": meta["id"], "filename": "plan.txt", "content_type": "text/plain", "size": 19}
     assert (await client.get(f"/api/v1/attachments/{meta['id']}")).body == b"version two, longer"
@@ -141,7 +130,7 @@ async def test_replace_may_rename(client: BoardClient) -> None:
     reply = await client.request("PUT", f"/api/v1/attachments/{meta['id']}?filename=final.txt", data=b"text",
                                  headers={"Content-Type": "text/plain"})
     assert reply.status == 200 and reply.body["filename"] == "final.txt"
-    assert (await last_row(client, task))["changes"]["filename"] == "final.txt"
+    assert (await last_row(client, task["id"]))["changes"]["filename"] == "final.txt"
 
 
 async def test_replacing_with_the_same_bytes_writes_nothing(client: BoardClient, board: RunningBoard) -> None:
@@ -156,7 +145,7 @@ async def test_replacing_with_the_same_bytes_writes_nothing(client: BoardClient,
 
 async def test_remove_writes_attachment_removed_and_keeps_shared_blobs(client: BoardClient, board: RunningBoard) -> None:
     task = await make_task(client)
-    other = await make_task(client, "Same file elsewhere")
+    other = await make_task(client, title="Same file elsewhere")
     data = b"shared bytes"
     first = await attach(client, task, "one.txt", data)
     second = await attach(client, other, "two.txt", data)
@@ -164,7 +153,7 @@ async def test_remove_writes_attachment_removed_and_keeps_shared_blobs(client: B
 
     reply = await client.request("DELETE", f"/api/v1/attachments/{first['id']}")
     assert reply.status == 200 and reply.body == first
-    row = await last_row(client, task)
+    row = await last_row(client, task["id"])
     assert row["event"] == "attachment_removed"
     assert row["changes"] == {"attachmentId": first["id"], "filename": "one.txt", "content_type": "text/plain", "size": 12}
     assert (await client.get(f"/api/v1/attachments/{first['id']}")).error == "NOT_FOUND"

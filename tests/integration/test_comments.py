@@ -3,34 +3,21 @@
 from __future__ import annotations
 
 import sqlite3
-from contextlib import closing
 from typing import Any
 
 import pytest
 
-from tests.support.board import BoardClient, RunningBoard
+from tests.support.board import (
+    API,
+    BoardClient,
+    RunningBoard,
+    activity_count,
+    make_task,
+    raw_connection,
+    task_rows,
+)
 
 pytestmark = pytest.mark.asyncio
-
-API = "/api/v1"
-
-
-async def activity_count(board: RunningBoard) -> int:
-    return await board.store.query(lambda conn: conn.execute("SELECT count(*) FROM task_activities").fetchone()[0])
-
-
-async def make_task(client: BoardClient, **fields: object) -> dict[str, Any]:
-    if (await client.get(f"{API}/projects/demo")).status == 404:
-        assert (await client.post(f"{API}/projects", {"id": "demo", "name": "Demo"})).status == 201
-    reply = await client.post(f"{API}/tasks", {"project": "demo", "title": "Write the docs", **fields})
-    assert reply.status == 201, reply.body
-    return reply.body
-
-
-async def task_rows(client: BoardClient, task_id: str) -> list[dict[str, Any]]:
-    reply = await client.get(f"{API}/tasks/{task_id}/activities?limit=1000")
-    assert reply.status == 200, reply.body
-    return reply.body["items"]
 
 
 async def claimed_task(client: BoardClient, worker: BoardClient) -> dict[str, Any]:
@@ -306,7 +293,7 @@ async def test_ask_on_unknown_task_is_404(client: BoardClient, board: RunningBoa
 async def test_comments_are_append_only_in_the_schema(client: BoardClient, board: RunningBoard, statement: str) -> None:
     task = await make_task(client)
     comment = (await client.post(f"{API}/tasks/{task['id']}/comments", {"body": "on the record"})).body
-    with closing(sqlite3.connect(board.data_dir / "board.sqlite")) as conn:
+    with raw_connection(board) as conn:
         with pytest.raises(sqlite3.IntegrityError, match="COMMENT_APPEND_ONLY"):
             conn.execute(statement, (comment["id"],))
     kept = (await client.get(f"{API}/tasks/{task['id']}/comments")).body["items"]

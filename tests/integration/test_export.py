@@ -20,16 +20,14 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
-from aiohttp import web
 
-from services.board.app import BoardSettings, create_app
 from services.board.commands import projects, tasks
 from services.board.commands.common import set_status
 from services.board.queries import require_task
 from services.board.store import Actor, SqliteStore, Tx
 from shared import events
 from shared.timestamps import format_timestamp
-from tests.support.board import VENV_BIN, BoardClient, RunningBoard, TaskdProcess
+from tests.support.board import VENV_BIN, BoardClient, RunningBoard, TaskdProcess, start_board
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "brief_golden.md"
 REGENERATE = os.environ.get("TASKLOOM_REGENERATE_GOLDEN") == "1"
@@ -60,20 +58,11 @@ class StepClock:
 
 @asynccontextmanager
 async def clocked_board(data_dir: Path) -> AsyncIterator[RunningBoard]:
-    store = SqliteStore(data_dir / "board.sqlite", clock=StepClock())
-    store.open()
-    app = create_app(BoardSettings(data_dir=data_dir, port=0), store=store)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    token = (data_dir / "token").read_text().strip()
+    board = await start_board(data_dir, clock=StepClock())
     try:
-        yield RunningBoard(f"http://127.0.0.1:{port}", token, data_dir, app, runner)
+        yield board
     finally:
-        await runner.cleanup()
-        store.close()
+        await board.runner.cleanup()
 
 
 # -- direct rows, each with the activity row its command writes ---------------------------------

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from shared.timestamps import format_timestamp
-from tests.support.board import BoardClient, RunningBoard
+from tests.support.board import (
+    BoardClient,
+    RunningBoard,
+    activity_count,
+    make_task,
+    raw_connection,
+)
 
 pytestmark = pytest.mark.asyncio
-
-
-async def activity_count(board: RunningBoard) -> int:
-    return await board.store.query(lambda conn: conn.execute("SELECT count(*) FROM task_activities").fetchone()[0])
 
 
 async def label_table(board: RunningBoard) -> list[tuple]:
@@ -25,26 +24,12 @@ async def label_table(board: RunningBoard) -> list[tuple]:
     )
 
 
-async def make_task(client: BoardClient, *, project: str = "demo", **fields: object) -> dict:
-    if (await client.get(f"/api/v1/projects/{project}")).status == 404:
-        assert (await client.post("/api/v1/projects", {"id": project})).status == 201
-    reply = await client.post("/api/v1/tasks", {"project": project, "title": "Labelled", **fields})
-    assert reply.status == 201, reply.body
-    return reply.body
-
-
-@contextmanager
-def raw(board: RunningBoard) -> Iterator[sqlite3.Connection]:
-    with closing(sqlite3.connect(board.data_dir / "board.sqlite", isolation_level=None, timeout=5)) as conn:
-        yield conn
-
-
 def days_ago(days: int) -> str:
     return format_timestamp(datetime.now(timezone.utc) - timedelta(days=days))
 
 
 def backdate(board: RunningBoard, name: str, days: int, *, project: str = "demo") -> None:
-    with raw(board) as conn:
+    with raw_connection(board) as conn:
         conn.execute(
             "UPDATE labels SET last_used_at = ?, created_at = ? WHERE project_id = ? AND name = ?",
             (days_ago(days), days_ago(days), project, name),
@@ -165,7 +150,7 @@ async def test_gc_board_wide_names_the_project_of_each_archived_label(client: Bo
 async def test_gc_repairs_mismatched_counts(client: BoardClient, board: RunningBoard) -> None:
     await make_task(client, labels=["docs"])
     await make_task(client, labels=["docs"])
-    with raw(board) as conn:
+    with raw_connection(board) as conn:
         conn.execute("UPDATE labels SET use_count = 7 WHERE name = 'docs'")
     before = await activity_count(board)
     reply = await client.post("/api/v1/labels/gc", {})
@@ -176,7 +161,7 @@ async def test_gc_repairs_mismatched_counts(client: BoardClient, board: RunningB
 
 async def test_gc_counts_only_live_tasks(client: BoardClient, board: RunningBoard) -> None:
     task = await make_task(client, labels=["gone"])
-    with raw(board) as conn:  # archived behind the counters' back: the count now lies
+    with raw_connection(board) as conn:  # archived behind the counters' back: the count now lies
         conn.execute("UPDATE tasks SET archived_at = ? WHERE id = ?", (days_ago(0), task["id"]))
     backdate(board, "gone", 31)
     reply = await client.post("/api/v1/labels/gc", {})
@@ -189,7 +174,7 @@ async def test_gc_counts_only_live_tasks(client: BoardClient, board: RunningBoar
 async def test_gc_dry_run_writes_nothing(client: BoardClient, board: RunningBoard) -> None:
     task = await make_task(client, labels=["old"])
     await client.patch(f"/api/v1/tasks/{task['id']}", {"labels": []})
-    with raw(board) as conn:
+    with raw_connection(board) as conn:
         conn.execute("UPDATE labels SET use_count = 3 WHERE name = 'old'")
     before = await activity_count(board)
     table = await label_table(board)

@@ -5,33 +5,25 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
 
 import pytest
 
 from services.board.store import translate_integrity_error
-from tests.support.board import BoardClient, RunningBoard
+from tests.support.board import (
+    BoardClient,
+    RunningBoard,
+    make_task,
+    raw_connection,
+    row_counts,
+    task_rows,
+)
 
 pytestmark = pytest.mark.asyncio
 
 
-async def counts(board: RunningBoard) -> tuple[int, int]:
+async def counts(board: RunningBoard) -> tuple[int, ...]:
     """(activity rows, relation rows): a refusal must leave both as they were."""
-    return await board.store.query(
-        lambda conn: (
-            conn.execute("SELECT count(*) FROM task_activities").fetchone()[0],
-            conn.execute("SELECT count(*) FROM relations").fetchone()[0],
-        )
-    )
-
-
-async def make_task(client: BoardClient, title: str = "A task", *, project: str = "demo", **fields: object) -> dict:
-    if (await client.get(f"/api/v1/projects/{project}")).status == 404:
-        assert (await client.post("/api/v1/projects", {"id": project, "name": project.title()})).status == 201
-    reply = await client.post("/api/v1/tasks", {"project": project, "title": title, **fields})
-    assert reply.status == 201, reply.body
-    return reply.body
+    return await row_counts(board, "task_activities", "relations")
 
 
 async def relate(client: BoardClient, source: dict, type_: str, target: dict) -> dict:
@@ -40,13 +32,9 @@ async def relate(client: BoardClient, source: dict, type_: str, target: dict) ->
     return reply.body
 
 
-async def task_rows(client: BoardClient, task: dict) -> list[dict]:
-    return (await client.get(f"/api/v1/tasks/{task['id']}/activities")).body["items"]
-
-
 async def epic_chain(client: BoardClient, length: int, *, prefix: str = "E") -> list[dict]:
     """``length`` epics, each the parent of the next: a chain ``length`` tasks deep."""
-    chain = [await make_task(client, f"{prefix}{i}", kind="epic") for i in range(length)]
+    chain = [await make_task(client, title=f"{prefix}{i}", kind="epic") for i in range(length)]
     for parent, child in zip(chain, chain[1:]):
         await relate(client, parent, "parent", child)
     return chain
@@ -56,8 +44,8 @@ async def epic_chain(client: BoardClient, length: int, *, prefix: str = "E") -> 
 
 
 async def test_blocks_row_hangs_off_the_target(client: BoardClient, board: RunningBoard) -> None:
-    a = await make_task(client, "Design")
-    b = await make_task(client, "Build")
+    a = await make_task(client, title="Design")
+    b = await make_task(client, title="Build")
     before = await counts(board)
     reply = await client.post(f"/api/v1/tasks/{a['identifier']}/relations", {"type": "blocks", "target": b["identifier"]})
     assert reply.status == 201, reply.body
@@ -65,18 +53,18 @@ async def test_blocks_row_hangs_off_the_target(client: BoardClient, board: Runni
     assert relation["type"] == "blocks" and relation["source_id"] == a["id"] and relation["target_id"] == b["id"]
     assert await counts(board) == (before[0] + 1, before[1] + 1)
 
-    row = (await task_rows(client, b))[-1]
+    row = (await task_rows(client, b["id"]))[-1]
     assert row["event"] == "relation_added"
     assert row["task_id"] == b["id"] and row["project_id"] == "demo"
     assert (row["actor_kind"], row["actor_id"]) == ("human", "ann")
     assert row["changes"] == {"relationId": relation["id"], "type": "blocks", "source": a["id"], "target": b["id"]}
-    assert [r["event"] for r in await task_rows(client, a)] == ["task_created"]
+    assert [r["event"] for r in await task_rows(client, a["id"])] == ["task_created"]
 
 
 async def test_list_shows_both_directions_with_the_other_task(client: BoardClient) -> None:
-    a = await make_task(client, "Design")
-    b = await make_task(client, "Build")
-    c = await make_task(client, "Ship")
+    a = await make_task(client, title="Design")
+    b = await make_task(client, title="Build")
+    c = await make_task(client, title="Ship")
     first = await relate(client, a, "blocks", b)
     second = await relate(client, b, "related", c)
 
@@ -91,24 +79,24 @@ async def test_list_shows_both_directions_with_the_other_task(client: BoardClien
 
 
 async def test_parent_runs_from_epic_to_child(client: BoardClient) -> None:
-    epic = await make_task(client, "Launch", kind="epic")
-    child = await make_task(client, "Landing page")
+    epic = await make_task(client, title="Launch", kind="epic")
+    child = await make_task(client, title="Landing page")
     relation = await relate(client, epic, "parent", child)
-    row = (await task_rows(client, child))[-1]
+    row = (await task_rows(client, child["id"]))[-1]
     assert row["changes"] == {"relationId": relation["id"], "type": "parent", "source": epic["id"], "target": child["id"]}
     items = (await client.get(f"/api/v1/tasks/{epic['identifier']}/relations")).body["items"]
     assert [(item["direction"], item["other"]["identifier"]) for item in items] == [("outgoing", child["identifier"])]
 
 
 async def test_remove_from_either_end_writes_relation_removed_on_the_target(client: BoardClient, board: RunningBoard) -> None:
-    a = await make_task(client, "Review me")
-    b = await make_task(client, "The review")
+    a = await make_task(client, title="Review me")
+    b = await make_task(client, title="The review")
     relation = await relate(client, b, "review_of", a)
     before = await counts(board)
     reply = await client.request("DELETE", f"/api/v1/tasks/{a['identifier']}/relations/{relation['id']}")
     assert reply.status == 200 and reply.body == relation
     assert await counts(board) == (before[0] + 1, before[1] - 1)
-    row = (await task_rows(client, a))[-1]
+    row = (await task_rows(client, a["id"]))[-1]
     assert row["event"] == "relation_removed" and row["task_id"] == a["id"]
     assert row["changes"] == {"relationId": relation["id"], "type": "review_of", "source": b["id"], "target": a["id"]}
     assert (await client.get(f"/api/v1/tasks/{b['id']}/relations")).body["items"] == []
@@ -129,9 +117,9 @@ async def test_a_chain_of_eight_is_allowed(client: BoardClient) -> None:
 
 
 async def test_eight_parents_are_allowed(client: BoardClient) -> None:
-    child = await make_task(client, "Shared child")
+    child = await make_task(client, title="Shared child")
     for i in range(8):
-        await relate(client, await make_task(client, f"Epic {i}", kind="epic"), "parent", child)
+        await relate(client, await make_task(client, title=f"Epic {i}", kind="epic"), "parent", child)
 
 
 # -- refusals: each names its code and writes nothing ---------------------------------------------
@@ -174,22 +162,22 @@ async def test_same_pair_with_another_type_is_not_a_duplicate(client: BoardClien
 
 
 async def test_parent_must_be_an_epic(client: BoardClient, board: RunningBoard) -> None:
-    parent = await make_task(client, "Not an epic", kind="task")
+    parent = await make_task(client, title="Not an epic", kind="task")
     child = await make_task(client)
     error = await refused(client, board, parent["id"], {"type": "parent", "target": child["id"]}, "RELATION_INVALID", 422)
     assert error["details"]["kind"] == "task"
 
 
 async def test_parent_must_be_in_the_same_project(client: BoardClient, board: RunningBoard) -> None:
-    epic = await make_task(client, "Epic", kind="epic")
-    other = await make_task(client, "Elsewhere", project="other")
+    epic = await make_task(client, title="Epic", kind="epic")
+    other = await make_task(client, title="Elsewhere", project="other")
     error = await refused(client, board, epic["id"], {"type": "parent", "target": other["id"]}, "RELATION_INVALID", 422)
     assert error["details"] == {"source_project": "demo", "target_project": "other"}
 
 
 async def test_blocks_across_projects_is_fine(client: BoardClient) -> None:
     a = await make_task(client)
-    other = await make_task(client, "Elsewhere", project="other")
+    other = await make_task(client, title="Elsewhere", project="other")
     await relate(client, a, "blocks", other)
 
 
@@ -202,7 +190,7 @@ async def test_parent_cycle_is_refused(client: BoardClient, board: RunningBoard)
 
 @pytest.mark.parametrize("length", [2, 3])
 async def test_blocks_cycle_is_refused(client: BoardClient, board: RunningBoard, length: int) -> None:
-    ring = [await make_task(client, f"T{i}") for i in range(length)]
+    ring = [await make_task(client, title=f"T{i}") for i in range(length)]
     for a, b in zip(ring, ring[1:]):
         await relate(client, a, "blocks", b)
     await refused(client, board, ring[-1]["id"], {"type": "blocks", "target": ring[0]["id"]}, "RELATION_CYCLE", 409)
@@ -210,7 +198,7 @@ async def test_blocks_cycle_is_refused(client: BoardClient, board: RunningBoard,
 
 async def test_depth_nine_is_refused(client: BoardClient, board: RunningBoard) -> None:
     chain = await epic_chain(client, 8)
-    ninth = await make_task(client, "Ninth")
+    ninth = await make_task(client, title="Ninth")
     error = await refused(client, board, chain[-1]["id"], {"type": "parent", "target": ninth["id"]}, "RELATION_DEPTH", 422)
     assert error["details"] == {"depth": 9, "limit": 8}
 
@@ -223,10 +211,10 @@ async def test_depth_counts_the_childs_own_descendants(client: BoardClient, boar
 
 
 async def test_fan_in_nine_is_refused(client: BoardClient, board: RunningBoard) -> None:
-    child = await make_task(client, "Shared child")
+    child = await make_task(client, title="Shared child")
     for i in range(8):
-        await relate(client, await make_task(client, f"Epic {i}", kind="epic"), "parent", child)
-    ninth = await make_task(client, "Epic 8", kind="epic")
+        await relate(client, await make_task(client, title=f"Epic {i}", kind="epic"), "parent", child)
+    ninth = await make_task(client, title="Epic 8", kind="epic")
     error = await refused(client, board, ninth["id"], {"type": "parent", "target": child["id"]}, "RELATION_FAN_IN", 422)
     assert error["details"]["parents"] == 8
 
@@ -284,14 +272,6 @@ async def test_unknown_list_filter_is_refused(client: BoardClient) -> None:
 # -- the schema as a backstop: raw writers hit the same rules -------------------------------------
 
 
-@contextmanager
-def raw(board: RunningBoard) -> Iterator[sqlite3.Connection]:
-    """A writer that bypasses the board's code entirely, as a buggy script would."""
-    with closing(sqlite3.connect(board.data_dir / "board.sqlite", isolation_level=None, timeout=5)) as conn:
-        conn.execute("PRAGMA foreign_keys = ON")
-        yield conn
-
-
 def raw_insert(conn: sqlite3.Connection, type_: str, source: dict, target: dict) -> None:
     conn.execute(
         "INSERT INTO relations (id, type, source_id, target_id, created_at) VALUES (?, ?, ?, ?, '2026-01-01T00:00:00.000Z')",
@@ -308,34 +288,34 @@ def trigger_code(conn: sqlite3.Connection, type_: str, source: dict, target: dic
 async def test_trigger_refuses_a_parent_that_is_not_an_epic(client: BoardClient, board: RunningBoard) -> None:
     parent = await make_task(client)
     child = await make_task(client)
-    with raw(board) as conn:
+    with raw_connection(board) as conn:
         assert trigger_code(conn, "parent", parent, child) == "RELATION_INVALID"
 
 
 async def test_trigger_refuses_a_cross_project_parent(client: BoardClient, board: RunningBoard) -> None:
     epic = await make_task(client, kind="epic")
     other = await make_task(client, project="other")
-    with raw(board) as conn:
+    with raw_connection(board) as conn:
         assert trigger_code(conn, "parent", epic, other) == "RELATION_INVALID"
 
 
 async def test_trigger_refuses_a_parent_cycle(client: BoardClient, board: RunningBoard) -> None:
     top, _, bottom = await epic_chain(client, 3)
-    with raw(board) as conn:
+    with raw_connection(board) as conn:
         assert trigger_code(conn, "parent", bottom, top) == "RELATION_CYCLE"
 
 
 async def test_trigger_refuses_depth_nine(client: BoardClient, board: RunningBoard) -> None:
     chain = await epic_chain(client, 8)
     ninth = await make_task(client)
-    with raw(board) as conn:
+    with raw_connection(board) as conn:
         assert trigger_code(conn, "parent", chain[-1], ninth) == "RELATION_DEPTH"
 
 
 async def test_trigger_refuses_fan_in_nine(client: BoardClient, board: RunningBoard) -> None:
     child = await make_task(client)
-    epics = [await make_task(client, f"Epic {i}", kind="epic") for i in range(9)]
-    with raw(board) as conn:
+    epics = [await make_task(client, title=f"Epic {i}", kind="epic") for i in range(9)]
+    with raw_connection(board) as conn:
         for epic in epics[:8]:
             raw_insert(conn, "parent", epic, child)
         assert trigger_code(conn, "parent", epics[8], child) == "RELATION_FAN_IN"
@@ -344,7 +324,7 @@ async def test_trigger_refuses_fan_in_nine(client: BoardClient, board: RunningBo
 async def test_schema_refuses_self_and_duplicate_rows(client: BoardClient, board: RunningBoard) -> None:
     a = await make_task(client)
     b = await make_task(client)
-    with raw(board) as conn:
+    with raw_connection(board) as conn:
         with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
             raw_insert(conn, "blocks", a, a)
         raw_insert(conn, "blocks", a, b)
@@ -357,7 +337,7 @@ async def test_relations_are_immutable_but_removable(client: BoardClient, board:
     b = await make_task(client)
     c = await make_task(client)
     relation = await relate(client, a, "blocks", b)
-    with raw(board) as conn:
+    with raw_connection(board) as conn:
         with pytest.raises(sqlite3.IntegrityError, match="RELATION_IMMUTABLE"):
             conn.execute("UPDATE relations SET target_id = ? WHERE id = ?", (c["id"], relation["id"]))
         conn.execute("DELETE FROM relations WHERE id = ?", (relation["id"],))

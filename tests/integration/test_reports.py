@@ -3,40 +3,23 @@
 from __future__ import annotations
 
 import sqlite3
-from contextlib import closing
 from typing import Any
 
 import pytest
 
 from services.board.report_format import TEMPLATE
-from tests.support.board import BoardClient, RunningBoard
-
-pytestmark = pytest.mark.asyncio
-
-API = "/api/v1"
-REPORT = (
-    "## Summary\n\nThe docs site builds again.\n\n"
-    "## Changes\n\n- docs/conf.py: pin the theme\n\n"
-    "## Verification\n\n- make docs: no warnings\n"
+from tests.support.board import (
+    API,
+    REPORT,
+    BoardClient,
+    RunningBoard,
+    activity_count,
+    make_task,
+    raw_connection,
+    task_rows,
 )
 
-
-async def activity_count(board: RunningBoard) -> int:
-    return await board.store.query(lambda conn: conn.execute("SELECT count(*) FROM task_activities").fetchone()[0])
-
-
-async def make_task(client: BoardClient, **fields: object) -> dict[str, Any]:
-    if (await client.get(f"{API}/projects/demo")).status == 404:
-        assert (await client.post(f"{API}/projects", {"id": "demo", "name": "Demo"})).status == 201
-    reply = await client.post(f"{API}/tasks", {"project": "demo", "title": "Write the docs", **fields})
-    assert reply.status == 201, reply.body
-    return reply.body
-
-
-async def task_rows(client: BoardClient, task_id: str) -> list[dict[str, Any]]:
-    reply = await client.get(f"{API}/tasks/{task_id}/activities?limit=1000")
-    assert reply.status == 200, reply.body
-    return reply.body["items"]
+pytestmark = pytest.mark.asyncio
 
 
 @pytest.fixture
@@ -347,7 +330,7 @@ async def test_reports_are_append_only_in_the_schema(
     client: BoardClient, board: RunningBoard, worker: BoardClient, task: dict, statement: str
 ) -> None:
     report = (await worker.post(f"{API}/tasks/{task['id']}/report", {"body": REPORT})).body
-    with closing(sqlite3.connect(board.data_dir / "board.sqlite")) as conn:
+    with raw_connection(board) as conn:
         with pytest.raises(sqlite3.IntegrityError, match="REPORT_APPEND_ONLY"):
             conn.execute(statement, (report["id"],))
     kept = (await client.get(f"{API}/tasks/{task['id']}/reports")).body["items"]

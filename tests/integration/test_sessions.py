@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from tests.support.board import BoardClient, RunningBoard
+from tests.support.board import BoardClient, RunningBoard, last_row, make_task
 
 pytestmark = pytest.mark.asyncio
 
@@ -19,18 +19,6 @@ async def counts(board: RunningBoard) -> tuple[int, int]:
             conn.execute("SELECT count(*) FROM agent_sessions WHERE status = 'open'").fetchone()[0],
         )
     )
-
-
-async def make_task(client: BoardClient, title: str = "Work it") -> dict:
-    if (await client.get("/api/v1/projects/demo")).status == 404:
-        assert (await client.post("/api/v1/projects", {"id": "demo"})).status == 201
-    reply = await client.post("/api/v1/tasks", {"project": "demo", "title": title})
-    assert reply.status == 201, reply.body
-    return reply.body
-
-
-async def last_row(client: BoardClient, task: dict) -> dict:
-    return (await client.get(f"/api/v1/tasks/{task['id']}/activities")).body["items"][-1]
 
 
 def expected_id(task: dict, kind: str, owner: str, seg: int) -> str:
@@ -48,7 +36,7 @@ async def test_register_opens_a_session_with_a_derived_id(client: BoardClient, b
     assert (session["task_id"], session["owner_kind"], session["owner_id"]) == (task["id"], "claude", "worker-1")
     assert (session["seg"], session["phase"], session["status"], session["closed_at"]) == (1, "planning", "open", None)
     assert await counts(board) == (before[0] + 1, before[1] + 1)
-    row = await last_row(client, task)
+    row = await last_row(client, task["id"])
     assert row["event"] == "session_registered" and row["task_id"] == task["id"]
     assert (row["actor_kind"], row["actor_id"]) == ("claude", "worker-1")
     assert row["changes"] == {"sessionId": session["id"], "seg": 1, "ownerKind": "claude", "phase": "planning"}
@@ -72,7 +60,7 @@ async def test_resume_in_a_new_phase_updates_it(client: BoardClient, board: Runn
     again = await worker.post(f"/api/v1/tasks/{task['id']}/sessions", {"seg": 1, "phase": "testing"})
     assert again.status == 200 and again.body["id"] == first["id"] and again.body["phase"] == "testing"
     assert await counts(board) == (before[0] + 1, before[1])
-    row = await last_row(client, task)
+    row = await last_row(client, task["id"])
     assert row["changes"] == {"sessionId": first["id"], "seg": 1, "ownerKind": "claude", "phase": "testing"}
 
 
@@ -90,7 +78,7 @@ async def test_owner_may_be_named_by_someone_else(client: BoardClient) -> None:
         f"/api/v1/tasks/{task['id']}/sessions", {"seg": 0, "phase": "queued", "owner_kind": "codex", "owner_id": "w-9"}
     )
     assert reply.status == 201 and reply.body["id"] == expected_id(task, "codex", "w-9", 0)
-    row = await last_row(client, task)
+    row = await last_row(client, task["id"])
     assert (row["actor_kind"], row["actor_id"]) == ("human", "ann") and row["changes"]["ownerKind"] == "codex"
 
 
@@ -100,7 +88,7 @@ async def test_close_writes_session_closed_once(client: BoardClient, board: Runn
     session = (await worker.post(f"/api/v1/tasks/{task['id']}/sessions", {"seg": 1, "phase": "coding"})).body
     closed = await worker.post(f"/api/v1/tasks/{task['id']}/sessions/{session['id']}/close", {"status": "completed"})
     assert closed.status == 200 and closed.body["status"] == "completed" and closed.body["closed_at"] is not None
-    row = await last_row(client, task)
+    row = await last_row(client, task["id"])
     assert row["event"] == "session_closed"
     assert row["changes"] == {"sessionId": session["id"], "status": "completed"}
 
@@ -167,7 +155,7 @@ async def test_register_on_an_unknown_task_is_404(client: BoardClient, board: Ru
 
 async def test_bad_closes_write_nothing(client: BoardClient, board: RunningBoard) -> None:
     task = await make_task(client)
-    other = await make_task(client, "Another")
+    other = await make_task(client, title="Another")
     session = (await client.post(f"/api/v1/tasks/{task['id']}/sessions", {"seg": 1, "phase": "coding"})).body
     before = await counts(board)
     cases = [

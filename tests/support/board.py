@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,13 @@ from services.board.store import SqliteStore
 from .waiting import wait_until
 
 VENV_BIN = Path(sys.executable).parent
+API = "/api/v1"
+#: A delivery report that passes the format check (report_format).
+REPORT = (
+    "## Summary\n\nThe docs site builds again.\n\n"
+    "## Changes\n\n- docs/conf.py: pin the theme\n\n"
+    "## Verification\n\n- make docs: no warnings\n"
+)
 
 
 @dataclass
@@ -101,8 +111,18 @@ class RunningBoard:
         return self.app[STORE]
 
 
-async def start_board(data_dir: Path, **settings: Any) -> RunningBoard:
-    app = create_app(BoardSettings(data_dir=data_dir, port=0, **settings))
+async def start_board(data_dir: Path, *, clock: Callable[[], str] | None = None, **settings: Any) -> RunningBoard:
+    """A board on a free loopback port; with ``clock``, its store stamps commits with that clock."""
+    store: SqliteStore | None = None
+    if clock is not None:
+        store = SqliteStore(data_dir / "board.sqlite", clock=clock)
+        store.open()
+    app = create_app(BoardSettings(data_dir=data_dir, port=0, **settings), store=store)
+    if store is not None:
+        async def close_store(app: web.Application) -> None:
+            store.close()  # after the app's own cleanup contexts (the log reader) have run
+
+        app.on_cleanup.append(close_store)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -110,6 +130,59 @@ async def start_board(data_dir: Path, **settings: Any) -> RunningBoard:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     token = (data_dir / "token").read_text().strip()
     return RunningBoard(f"http://127.0.0.1:{port}", token, data_dir, app, runner)
+
+
+# -- helpers the integration tests share --------------------------------------------------------
+
+
+async def activity_count(board: RunningBoard) -> int:
+    """Rows in the activity log: a refusal must leave this number as it was."""
+    return (await row_counts(board, "task_activities"))[0]
+
+
+async def row_counts(board: RunningBoard, *tables: str) -> tuple[int, ...]:
+    """``count(*)`` of each table, read in one snapshot."""
+    return await board.store.query(
+        lambda conn: tuple(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in tables)
+    )
+
+
+@contextmanager
+def raw_connection(board: RunningBoard) -> Iterator[sqlite3.Connection]:
+    """A plain sqlite3 connection to the board's file, bypassing the board's code as a script would
+    (foreign keys on, so only the triggers and constraints stand in the way)."""
+    with closing(sqlite3.connect(board.data_dir / "board.sqlite", isolation_level=None, timeout=5)) as conn:
+        conn.execute("PRAGMA foreign_keys = ON")
+        yield conn
+
+
+async def make_project(client: BoardClient, project: str = "demo") -> None:
+    """Create the project unless it exists."""
+    if (await client.get(f"{API}/projects/{project}")).status == 404:
+        reply = await client.post(f"{API}/projects", {"id": project})
+        assert reply.status == 201, reply.body
+
+
+async def make_task(client: BoardClient, project: str = "demo", **fields: Any) -> dict[str, Any]:
+    """A new task (its project made on first use); ``fields`` go into the create body."""
+    await make_project(client, project)
+    reply = await client.post(f"{API}/tasks", {"project": project, "title": "Write the docs", **fields})
+    assert reply.status == 201, reply.body
+    return reply.body
+
+
+async def task_rows(client: BoardClient, ref: str) -> list[dict[str, Any]]:
+    """The task's activity frames, oldest first (up to 1000)."""
+    reply = await client.get(f"{API}/tasks/{ref}/activities?limit=1000")
+    assert reply.status == 200, reply.body
+    return reply.body["items"]
+
+
+async def last_row(client: BoardClient, ref: str) -> dict[str, Any]:
+    """The task's newest activity frame."""
+    reply = await client.get(f"{API}/tasks/{ref}/activities?order=desc&limit=1")
+    assert reply.status == 200, reply.body
+    return reply.body["items"][0]
 
 
 @dataclass

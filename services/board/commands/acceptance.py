@@ -5,11 +5,11 @@ prune's audit row is written *before* the delete, because the schema trigger tha
 delete looks for it (SPEC §3: the one case where the audit precedes the state change).
 
 ``revision`` in ``acceptance_changed`` (and in the ``GET`` view) is the acceptance list's own
-version: how many times this task's list has changed, counting every ``acceptance_changed`` and
-``acceptance_pruned`` row, the one being written included. It starts at 0 for a task whose list
-never changed, so a reader can tell "the list I saw" from "a newer list" without comparing items.
-It is derived from the log, so it assumes those rows are kept (see SPEC §12 retention).
-Changing the mode is not a list change: it bumps the task's ``version``, not this count.
+version: how many times this task's list has changed (every add and every prune, the one being
+written included). It starts at 0 for a task whose list never changed, so a reader can tell "the
+list I saw" from "a newer list" without comparing items. It is kept on the task
+(``tasks.acceptance_revision``), not counted from the log, so retention (SPEC §12) cannot move it
+backwards. Changing the mode is not a list change: it bumps the task's ``version``, not this count.
 """
 
 from __future__ import annotations
@@ -26,15 +26,14 @@ from ..store import Tx
 from .common import load_task, new_id, refuse_archived, require_reason
 
 ITEM_MAX_CHARS = 2000
-LIST_EVENTS = (events.ACCEPTANCE_CHANGED, events.ACCEPTANCE_PRUNED)
 
 
 def list_revision(conn: sqlite3.Connection, task_id: str) -> int:
     """How many times the task's acceptance list has changed."""
-    return conn.execute(
-        f"SELECT count(*) FROM task_activities WHERE task_id = ? AND event IN ({', '.join('?' for _ in LIST_EVENTS)})",
-        (task_id, *LIST_EVENTS),
-    ).fetchone()[0]
+    return conn.execute("SELECT acceptance_revision FROM tasks WHERE id = ?", (task_id,)).fetchone()[0]
+
+
+BUMP_LIST_REVISION = "UPDATE tasks SET acceptance_revision = acceptance_revision + 1 WHERE id = ?"
 
 
 def _view(conn: sqlite3.Connection, task: sqlite3.Row, mode: str) -> dict[str, Any]:
@@ -120,9 +119,10 @@ def change_acceptance(
                 (item_id, task["id"], start["top"] + offset, text, tx.now),  # type: ignore[index]
             )
             entries.append({"id": item_id, "text": text})
+        tx.execute(BUMP_LIST_REVISION, (task["id"],))
         tx.record(
             events.ACCEPTANCE_CHANGED,
-            events.acceptance_changed(added=entries, revision=list_revision(tx.conn, task["id"]) + 1),
+            events.acceptance_changed(added=entries, revision=list_revision(tx.conn, task["id"])),
             task_id=task["id"],
             project_id=task["project_id"],
         )
@@ -157,4 +157,5 @@ def prune_acceptance(tx: Tx, ref: str, item_id: str, *, reason: str, if_version:
         project_id=task["project_id"],
     )
     tx.execute("DELETE FROM acceptance_items WHERE id = ?", (item["id"],))
+    tx.execute(BUMP_LIST_REVISION, (task["id"],))
     return _view(tx.conn, task, task["acceptance_mode"])

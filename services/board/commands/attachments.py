@@ -147,6 +147,13 @@ def check_attachable(conn: sqlite3.Connection, ref: str) -> str:
     return task["id"]
 
 
+def check_replaceable(conn: sqlite3.Connection, attachment_id: str) -> dict[str, Any]:
+    """Refuse an unknown attachment or one on an archived task before any bytes reach the disk."""
+    row = require_attachment(conn, attachment_id)
+    refuse_archived(require_task(conn, row["task_id"]))
+    return attachment_to_dict(row)
+
+
 def content_disposition(filename: str) -> str:
     """RFC 6266: an ASCII fallback plus the exact name as RFC 8187 ``filename*``."""
     fallback = "".join(ch if 32 <= ord(ch) < 127 and ch not in '"\\' else "_" for ch in filename)

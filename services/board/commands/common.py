@@ -97,8 +97,9 @@ def apply_labels(tx: Tx, project_id: str, before: list[str], after: list[str]) -
 
 def touch_actor(tx: Tx, kind: str, actor_id: str) -> dict[str, str]:
     """Record an assignee/reporter in the dictionary (audited by the caller's task event)."""
-    if not kind or not actor_id:
+    if not kind.strip() or not actor_id.strip():
         raise validation("an actor needs both a kind and an id", kind=kind, id=actor_id)
+    domain.check_actor_kind(kind, "kind")
     tx.execute(
         "INSERT INTO actors (kind, id, use_count, first_seen_at, last_seen_at) VALUES (?, ?, 1, ?, ?)"
         " ON CONFLICT (kind, id) DO UPDATE SET use_count = use_count + 1, last_seen_at = excluded.last_seen_at",

@@ -8,6 +8,7 @@ from typing import Any
 from shared import events
 from shared.errors import TaskloomError, validation
 
+from .. import domain
 from ..queries import get_project, require_project
 from ..store import Tx
 from .common import dumps
@@ -19,6 +20,21 @@ UPDATABLE = ("name", "workspace_path", "meta", "settings")
 def _check_workspace(path: str | None) -> None:
     if path is not None and not path.startswith("/"):
         raise validation("workspace_path must be absolute", workspace_path=path)
+
+
+def _check_name(name: str | None) -> None:
+    if name is not None and len(name) > domain.PROJECT_NAME_MAX_CHARS:
+        raise validation(f"name is at most {domain.PROJECT_NAME_MAX_CHARS} characters", length=len(name))
+
+
+def _refuse_taken_workspace(tx: Tx, path: str | None, project_id: str) -> None:
+    holder = tx.one("SELECT id FROM projects WHERE workspace_path = ? AND id <> ?", (path, project_id)) if path else None
+    if holder is not None:
+        raise TaskloomError(
+            "CONFLICT",
+            f"project {holder['id']!r} already uses this workspace_path",
+            details={"workspace_path": path, "project": holder["id"]},
+        )
 
 
 def create_project(
@@ -34,13 +50,13 @@ def create_project(
     if not _SLUG.match(id):
         raise validation("project id must be a slug: a-z, 0-9 and '-', at most 32 characters", id=id)
     _check_workspace(workspace_path)
+    _check_name(name)
     if tx.one("SELECT 1 FROM projects WHERE id = ?", (id,)):
         raise TaskloomError("CONFLICT", f"project {id!r} already exists", details={"id": id})
     prefix = id.upper().replace("-", "")
     if tx.one("SELECT 1 FROM projects WHERE prefix = ?", (prefix,)):
         raise TaskloomError("CONFLICT", f"identifier prefix {prefix!r} is taken", details={"prefix": prefix})
-    if workspace_path and tx.one("SELECT 1 FROM projects WHERE workspace_path = ?", (workspace_path,)):
-        raise TaskloomError("CONFLICT", "another project uses this workspace_path", details={"workspace_path": workspace_path})
+    _refuse_taken_workspace(tx, workspace_path, id)
     tx.execute(
         "INSERT INTO projects (id, name, prefix, workspace_path, readme, meta_json, settings_json, created_at,"
         " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -57,6 +73,9 @@ def update_project(tx: Tx, project_id: str, **patch: Any) -> dict[str, Any]:
         raise validation("unknown project fields", fields=sorted(unknown))
     if "workspace_path" in patch:
         _check_workspace(patch["workspace_path"])
+        _refuse_taken_workspace(tx, patch["workspace_path"], project_id)
+    if "name" in patch:
+        _check_name(patch["name"])
     changed = [name for name, value in patch.items() if current[name] != value]
     if not changed:
         return current

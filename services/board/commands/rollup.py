@@ -28,6 +28,7 @@ def auto_start_parents(tx: Tx, child: sqlite3.Row, *, source: str) -> None:
     for epic in parent_epics(tx, child["id"]):
         if epic["status"] not in ("backlog", "todo") or epic["archived_at"] is not None:
             continue
+        started_from = epic["status"]
         if epic["status"] == "backlog":
             # The graph has no backlog → in_progress edge; the epic passes through todo.
             set_status(tx, epic, "todo")
@@ -35,7 +36,7 @@ def auto_start_parents(tx: Tx, child: sqlite3.Row, *, source: str) -> None:
         set_status(tx, epic, "in_progress")
         tx.record(
             events.EPIC_AUTO_START,
-            events.epic_auto_start(from_=epic["status"], to="in_progress", child=child["identifier"], source=source),
+            events.epic_auto_start(from_=started_from, to="in_progress", child=child["identifier"], source=source),
             task_id=epic["id"],
             project_id=epic["project_id"],
             actor=SYSTEM_ACTOR,

@@ -14,6 +14,7 @@ from typing import Any
 from shared import events
 from shared.errors import TaskloomError, not_found, validation
 
+from .. import domain
 from ..queries import require_task
 from ..store import Tx
 from .common import load_task, refuse_archived
@@ -58,6 +59,7 @@ def register_session(
         owner_kind, owner_id = tx.actor.kind, tx.actor.id
     if not owner_kind.strip() or not owner_id.strip():
         raise validation("owner_kind and owner_id must not be empty", owner_kind=owner_kind, owner_id=owner_id)
+    domain.check_actor_kind(owner_kind, "owner_kind")
 
     sid = session_id(task["id"], owner_kind, owner_id, seg)
     existing = tx.one("SELECT * FROM agent_sessions WHERE id = ?", (sid,))

@@ -44,7 +44,33 @@ def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
 def _pair(kind: str | None, actor_id: str | None, field: str) -> tuple[str | None, str | None]:
     if (kind is None) != (actor_id is None):
         raise validation(f"{field}_kind and {field}_id go together", **{f"{field}_kind": kind, f"{field}_id": actor_id})
+    if kind is not None:
+        domain.check_actor_kind(kind, f"{field}_kind")
     return kind, actor_id
+
+
+def _title(raw: str | None) -> str:
+    title = (raw or "").strip()
+    if not title:
+        raise validation("title must not be empty", title=raw)
+    if len(title) > domain.TITLE_MAX_CHARS:
+        raise validation(f"title is at most {domain.TITLE_MAX_CHARS} characters", length=len(title))
+    return title
+
+
+def _refuse_unparenting(tx: Tx, task: sqlite3.Row, kind: str) -> None:
+    """An epic with children stays an epic: its children would hang off a parent that is not one."""
+    if task["kind"] != "epic" or kind == "epic":
+        return
+    children = tx.one("SELECT count(*) FROM relations WHERE type = 'parent' AND source_id = ?", (task["id"],))[0]
+    if children:
+        raise TaskloomError(
+            "RELATION_INVALID",
+            f"{task['identifier']} is the parent of {children} task{'s' if children > 1 else ''}; an epic with"
+            " children stays an epic",
+            details={"kind": kind, "children": children},
+            hint=f"remove its parent relations first (taskctl relation list {task['identifier']})",
+        )
 
 
 def derive_idem(kind: str, assignee_kind: str | None, assignee_id: str | None, meta: dict[str, Any]) -> str | None:
@@ -75,9 +101,7 @@ def create_task(
 ) -> tuple[dict[str, Any], bool]:
     """Create a task; returns (task, created). A live task holding the idem key is returned as is."""
     project_row = require_project(tx.conn, project)
-    title = title.strip()
-    if not title:
-        raise validation("title must not be empty", title=title)
+    title = _title(title)
     _choice(kind, domain.KINDS, "kind")
     _choice(priority, domain.PRIORITIES, "priority")
     _choice(acceptance_mode, domain.ACCEPTANCE_MODES, "acceptance_mode")
@@ -147,13 +171,12 @@ def update_task(tx: Tx, ref: str, *, if_version: int | None = None, **patch: Any
         raise validation("unknown task fields", fields=sorted(unknown))
     current = task_to_dict(task)
     if "title" in patch:
-        patch["title"] = (patch["title"] or "").strip()
-        if not patch["title"]:
-            raise validation("title must not be empty", title=patch["title"])
+        patch["title"] = _title(patch["title"])
     if "priority" in patch:
         _choice(patch["priority"], domain.PRIORITIES, "priority")
     if "kind" in patch:
         _choice(patch["kind"], domain.KINDS, "kind")
+        _refuse_unparenting(tx, task, patch["kind"])
     if "labels" in patch:
         patch["labels"] = normalise_labels(patch["labels"] or [])
     for who in ("assignee", "reporter"):

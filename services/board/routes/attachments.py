@@ -1,8 +1,8 @@
 """Attachment routes: upload raw bytes, list, download, replace, remove.
 
-Uploads are read whole (at most 8 MiB), hashed and written to disk off the event loop, and only
-then recorded; downloads stream the blob with ``web.FileResponse``, which does its file I/O in
-the executor.
+Uploads are read whole (at most 8 MiB, by ``api.read_body`` like every body), hashed and written
+to disk off the event loop, and only then recorded; downloads stream the blob with
+``web.FileResponse``, which does its file I/O in the executor.
 """
 
 from __future__ import annotations
@@ -15,35 +15,12 @@ from aiohttp import hdrs, web
 
 from shared.errors import TaskloomError
 
-from ..api import MAX_ATTACHMENT_BYTES, PREFIX, Call, Created, F, Route
+from ..api import MAX_ATTACHMENT_BYTES, PREFIX, Call, Created, F, Route, read_body
 from ..commands import attachments
 from ..store import SYSTEM_ACTOR
 
 TASK = f"{PREFIX}/tasks/{{ref}}"
 ATTACHMENT = f"{PREFIX}/attachments/{{id}}"
-READ_CHUNK = 64 * 1024
-
-
-async def read_upload(request: web.Request, limit: int = MAX_ATTACHMENT_BYTES) -> bytes:
-    """The whole body, refusing more than ``limit`` bytes whatever Content-Length claims.
-
-    ``StreamReader.read(n)`` returns what is buffered, not ``n`` bytes, so the body is read chunk
-    by chunk until EOF. An oversize body is read up to the limit before the refusal, not refused
-    on its Content-Length alone: a refusal that leaves megabytes in flight makes aiohttp linger
-    on the connection for its full lingering time (10 s) before closing it.
-    """
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(READ_CHUNK):
-        size += len(chunk)
-        if size > limit:
-            raise TaskloomError(
-                "PAYLOAD_TOO_LARGE",
-                f"an attachment is at most {limit} bytes",
-                details={"limit": limit, "content_length": request.content_length},
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _root(call: Call) -> Path:
@@ -69,7 +46,7 @@ async def upload(call: Call) -> Any:
     filename = attachments.check_filename(call.query["filename"])
     content_type = attachments.check_content_type(call.request.headers.get(hdrs.CONTENT_TYPE))
     await call.store.query(attachments.check_attachable, call.path["ref"])
-    data = await read_upload(call.request)
+    data = await read_body(call.request, MAX_ATTACHMENT_BYTES)
     sha256 = await _store_blob(_root(call), data)
     return Created(
         await call.store.command(
@@ -114,8 +91,8 @@ async def replace(call: Call) -> Any:
         attachments.check_filename(filename)
     sent_type = call.request.headers.get(hdrs.CONTENT_TYPE)
     content_type = attachments.check_content_type(sent_type) if sent_type else None
-    await call.store.query(attachments.get_attachment, call.path["id"])
-    data = await read_upload(call.request)
+    await call.store.query(attachments.check_replaceable, call.path["id"])
+    data = await read_body(call.request, MAX_ATTACHMENT_BYTES)
     sha256 = await _store_blob(_root(call), data)
     result, released = await call.store.command(
         attachments.replace_attachment,
@@ -142,7 +119,7 @@ ROUTES = [
     Route("POST", f"{TASK}/attachments", upload,
           "Attach the request body (raw bytes, at most 8 MiB) with its Content-Type",
           query={"filename": F("str", required=True, description="a plain file name, at most 255 characters")},
-          raw_body=True, max_body=MAX_ATTACHMENT_BYTES),
+          raw_body=True, max_body=MAX_ATTACHMENT_BYTES, success=(201,)),
     Route("GET", ATTACHMENT, download, "Download an attachment's bytes"),
     Route("PUT", ATTACHMENT, replace, "Replace an attachment's content (and optionally its name)",
           query={"filename": F("str", description="rename it at the same time")},

@@ -30,7 +30,8 @@ ROUTES = [
           body={
               "body": F("str", required=True, description="markdown text"),
               "kind": F("str", enum=domain.COMMENT_KINDS, description="default note"),
-          }),
+          },
+          success=(201,)),
     Route("POST", f"{TASK}/ask", ask,
           "Ask a question as the claim holder: a question comment and in_progress → awaiting",
           body={"body": F("str", required=True, description="the question, markdown"), "if_version": IF_VERSION}),

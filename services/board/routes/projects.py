@@ -41,7 +41,7 @@ async def put_readme(call: Call) -> Any:
 
 ROUTES = [
     Route("GET", f"{PREFIX}/projects", list_, "List projects"),
-    Route("POST", f"{PREFIX}/projects", create, "Create a project", body=PROJECT_BODY),
+    Route("POST", f"{PREFIX}/projects", create, "Create a project (201)", body=PROJECT_BODY, success=(201,)),
     Route("GET", f"{PREFIX}/projects/{{id}}", show, "Show a project"),
     Route("PATCH", f"{PREFIX}/projects/{{id}}", patch, "Update a project", body=PATCH_BODY),
     Route("PUT", f"{PREFIX}/projects/{{id}}/readme", put_readme, "Replace a project's readme",

@@ -32,6 +32,6 @@ ROUTES = [
     Route("GET", f"{TASK}/relations", list_, "List a task's relations in both directions",
           query={"type": F("str", enum=domain.RELATION_TYPES)}),
     Route("POST", f"{TASK}/relations", add, "Relate the task (source) to a target; the activity hangs off the target",
-          body=ADD_BODY),
+          body=ADD_BODY, success=(201,)),
     Route("DELETE", f"{TASK}/relations/{{id}}", remove, "Remove one of the task's relations"),
 ]

@@ -45,7 +45,7 @@ ROUTES = [
     Route("GET", f"{TASK}/reports", list_, "List a task's reports, oldest first",
           query={**LIST_QUERY, "round": F("int", minimum=1, description="only this delivery round")}),
     Route("POST", f"{TASK}/report", write, "Write a report for the current delivery round (201)",
-          body={"body": F("str", required=True, description=REPORT_BODY.description)}),
+          body={"body": F("str", required=True, description=REPORT_BODY.description)}, success=(201,)),
     Route("POST", f"{TASK}/deliver", deliver,
           "Deliver: move to in_review with a current-round report (the body given, report_id, or the latest)",
           body={"body": REPORT_BODY, "report_id": F("str"), "if_version": IF_VERSION}),

@@ -36,7 +36,8 @@ ROUTES = [
     Route("GET", f"{TASK}/sessions", list_, "List the agent sessions on a task",
           query={"status": F("str", enum=STATUSES)}),
     Route("POST", f"{TASK}/sessions", register,
-          "Register an agent session (201), or resume an open one and update its phase (200)", body=REGISTER_BODY),
+          "Register an agent session (201), or resume an open one and update its phase (200)", body=REGISTER_BODY,
+          success=(200, 201)),
     Route("POST", f"{TASK}/sessions/{{id}}/close", close, "Close an open session",
           body={"status": F("str", required=True, enum=sessions.CLOSE_STATUSES)}),
 ]

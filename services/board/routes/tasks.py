@@ -7,6 +7,7 @@ from typing import Any
 from .. import domain
 from ..api import LIST_QUERY, PREFIX, Call, Created, F, Route
 from ..commands import tasks
+from ..commands.common import normalise_label
 from ..queries import get_task, list_tasks
 
 IF_VERSION = F("int", minimum=1, description="refuse with 409 VERSION_CONFLICT unless the task is at this version")
@@ -46,6 +47,8 @@ LIST_TASKS_QUERY = {
 async def list_(call: Call) -> Any:
     query = dict(call.query)
     query["include_archived"] = query.pop("archived", False)
+    if "label" in query:
+        query["label"] = normalise_label(query["label"])  # the name as stored, or a clear 400
     return await call.store.query(list_tasks, **query)
 
 
@@ -96,7 +99,7 @@ TASK = f"{PREFIX}/tasks/{{ref}}"
 ROUTES = [
     Route("GET", f"{PREFIX}/tasks", list_, "List tasks", query=LIST_TASKS_QUERY),
     Route("POST", f"{PREFIX}/tasks", create, "Create a task (201), or return the live task holding its idem key (200)",
-          body=CREATE_BODY),
+          body=CREATE_BODY, success=(200, 201)),
     Route("GET", TASK, show, "Show a task by uuid or identifier"),
     Route("PATCH", TASK, patch, "Update a task's fields (never its status)", body=PATCH_BODY),
     Route("POST", f"{TASK}/claim", claim, "Claim a task (todo → in_progress, or re-claim)",
