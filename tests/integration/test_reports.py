@@ -335,3 +335,19 @@ async def test_reports_are_append_only_in_the_schema(
             conn.execute(statement, (report["id"],))
     kept = (await client.get(f"{API}/tasks/{task['id']}/reports")).body["items"]
     assert [r["body"] for r in kept] == [REPORT]
+
+
+async def test_a_confirm_written_before_the_delivery_does_not_approve_it(
+    client: BoardClient, board: RunningBoard, worker: BoardClient, task: dict
+) -> None:
+    """An approval reviews the delivered work, so it must come after the delivery."""
+    early = await client.post(f"/api/v1/tasks/{task['id']}/comments", {"body": "looks fine so far", "kind": "confirm"})
+    assert early.status == 201
+    delivered = await worker.post(f"/api/v1/tasks/{task['id']}/deliver", {"body": REPORT})
+    assert delivered.status == 200, delivered.body
+    before = await activity_count(board)
+    refused = await client.post(f"/api/v1/tasks/{task['id']}/move", {"to": "done"})
+    assert refused.status == 422 and refused.error == "APPROVAL_REQUIRED"
+    assert await activity_count(board) == before
+    assert (await client.post(f"/api/v1/tasks/{task['id']}/comments", {"body": "LGTM", "kind": "confirm"})).status == 201
+    assert (await client.post(f"/api/v1/tasks/{task['id']}/move", {"to": "done"})).status == 200

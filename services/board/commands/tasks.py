@@ -341,9 +341,16 @@ def check_approval(tx: Tx, task: sqlite3.Row) -> None:
     """``in_review → done`` under mode review needs an independent current-round ``confirm``."""
     if task["acceptance_mode"] != "review":
         return
+    # The approval must come after the delivery it approves: a confirm written earlier in the round
+    # reviewed work that was still changing. Revision order is the log's only order.
     approval = tx.one(
-        "SELECT 1 FROM comments WHERE task_id = ? AND kind = 'confirm' AND round = ? AND actor_id IS NOT ?",
-        (task["id"], task["delivery_round"], task["delivered_by"]),
+        "SELECT 1 FROM comments c JOIN task_activities a"
+        "  ON a.task_id = c.task_id AND a.event = 'comment_added' AND json_extract(a.changes_json, '$.commentId') = c.id"
+        " WHERE c.task_id = :task AND c.kind = 'confirm' AND c.round = :round AND c.actor_id IS NOT :delivered_by"
+        "   AND a.revision > (SELECT coalesce(max(revision), 0) FROM task_activities"
+        "                      WHERE task_id = :task AND (event IN ('task_delivered', 'report_waived')"
+        "                         OR (event = 'task_moved' AND json_extract(changes_json, '$.to') = 'in_review')))",
+        {"task": task["id"], "round": task["delivery_round"], "delivered_by": task["delivered_by"]},
     )
     if approval is None:
         raise TaskloomError(
