@@ -1,12 +1,152 @@
-"""Live streaming machinery of the board (the log reader and the open-stream registry).
+"""Live streaming machinery of the board: the log reader and the registry of open streams.
 
-``setup(app)`` attaches it to the application's lifecycle.
+``setup(app)`` attaches both to the application's lifecycle: the reader and the registry's
+sweeper start with the app and are cancelled and awaited at cleanup; on shutdown (which aiohttp
+runs before cleanup) every open stream gets ``event: shutdown`` and is closed (SPEC §6.5).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Final
+
+import structlog
 from aiohttp import web
+
+from shared.errors import TaskloomError
+
+from .logreader import LogReader
+from .stream import DISCONNECTED, SERVER_STOPPING, Stream
+
+log = structlog.get_logger("taskd.streaming")
+
+#: Seconds a client is told to wait after 503 TOO_MANY_STREAMS.
+RETRY_AFTER_SECONDS: Final = 5
+#: Seconds the streams get to write their shutdown frame before their sockets are dropped.
+SHUTDOWN_GRACE: Final = 2.0
+#: Longest pause between two sweeps (pings, dead peers), seconds.
+SWEEP_MAX: Final = 1.0
+
+
+class StreamRegistry:
+    """The open streams: admission against ``max_streams``, pings, lifetimes, dead peers, shutdown."""
+
+    def __init__(self, *, max_streams: int, ping_interval: float, lifetime: float | None) -> None:
+        self.max_streams = max_streams
+        self.ping_interval = ping_interval
+        self.lifetime = lifetime
+        self.stopping = False
+        self._streams: set[Stream] = set()
+        self._timers: dict[Stream, asyncio.TimerHandle] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(list(self._streams))
+
+    def check_capacity(self) -> None:
+        if len(self._streams) >= self.max_streams:
+            raise TaskloomError(
+                "TOO_MANY_STREAMS",
+                f"this board serves at most {self.max_streams} streams at once",
+                details={"max_streams": self.max_streams, "retry_after": RETRY_AFTER_SECONDS},
+                hint="close an idle stream, or start taskd with a larger --max-streams",
+            )
+
+    async def serve(self, stream: Stream) -> web.StreamResponse:
+        """Run ``stream`` as a registered stream; capacity was checked by the caller, synchronously."""
+        self.check_capacity()
+        self._streams.add(stream)
+        if self.lifetime is not None:
+            self._timers[stream] = asyncio.get_running_loop().call_later(self.lifetime, stream.end, "lifetime")
+        if self.stopping:
+            stream.end(SERVER_STOPPING)
+        try:
+            return await stream.run()
+        finally:
+            self._streams.discard(stream)
+            timer = self._timers.pop(stream, None)
+            if timer is not None:
+                timer.cancel()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep(), name="taskloom-stream-sweeper")
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except asyncio.CancelledError:
+                pass
+
+    async def close_all(self, reason: str = SERVER_STOPPING, *, grace: float = SHUTDOWN_GRACE) -> None:
+        """End every stream with a shutdown frame; drop the sockets of those that cannot take it."""
+        self.stopping = True
+        streams = list(self._streams)
+        for stream in streams:
+            stream.end(reason)
+        if not streams:
+            return
+        waits = [asyncio.ensure_future(stream.finished.wait()) for stream in streams]
+        _, pending = await asyncio.wait(waits, timeout=grace)
+        if pending:
+            log.warning("streams_aborted", count=len(pending))
+            for stream in streams:
+                if not stream.finished.is_set():
+                    stream.abort()
+            await asyncio.wait(pending, timeout=grace)
+        for wait in waits:
+            wait.cancel()
+
+    async def _sweep(self) -> None:
+        """One timer for all streams: pings when due, and streams whose peer has gone away."""
+        loop = asyncio.get_running_loop()
+        tick = min(SWEEP_MAX, self.ping_interval / 4)
+        while True:
+            await asyncio.sleep(tick)
+            now = loop.time()
+            for stream in list(self._streams):
+                if stream.disconnected:
+                    stream.end(DISCONNECTED)
+                elif now >= stream.next_ping:
+                    stream.ping(now, self.ping_interval)
+
+
+LOG_READER = web.AppKey("log_reader", LogReader)
+STREAMS = web.AppKey("streams", StreamRegistry)
 
 
 def setup(app: web.Application) -> None:
-    """Nothing to attach until the live stream lands."""
+    """Attach the log reader and the stream registry to the app's lifecycle."""
+    from .app import SETTINGS, STORE  # app.py imports this module; the keys live there
+
+    settings = app[SETTINGS]
+    reader = app[LOG_READER] = LogReader(app[STORE], poll_interval=settings.external_poll_interval)
+    registry = app[STREAMS] = StreamRegistry(
+        max_streams=settings.max_streams,
+        ping_interval=settings.ping_interval,
+        lifetime=settings.stream_lifetime,
+    )
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        # Runs after the store's own cleanup context has opened it, and ends before it closes it.
+        await reader.start()
+        registry.start()
+        try:
+            yield
+        finally:
+            await registry.close_all(SERVER_STOPPING)
+            await registry.stop()
+            await reader.stop()
+
+    async def on_shutdown(app: web.Application) -> None:
+        await registry.close_all(SERVER_STOPPING)
+
+    app.cleanup_ctx.append(lifecycle)
+    app.on_shutdown.append(on_shutdown)

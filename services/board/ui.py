@@ -8,11 +8,33 @@ from aiohttp import web
 
 STATIC_DIR = Path(__file__).parent / "static"
 
+#: Everything the page loads comes from this origin; nothing may frame it.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+PAGE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
 
 async def index(request: web.Request) -> web.FileResponse:
-    return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+    return web.FileResponse(STATIC_DIR / "index.html", headers=PAGE_HEADERS)
+
+
+async def _revalidate_static(request: web.Request, response: web.StreamResponse) -> None:
+    # Modules are not fingerprinted, so make the browser revalidate them (cheap on loopback):
+    # after an upgrade the page never runs an old module against a new board.
+    if request.path.startswith("/static/"):
+        response.headers.setdefault("Cache-Control", "no-cache")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
 
 
 def setup(app: web.Application) -> None:
     app.router.add_get("/", index)
     app.router.add_static("/static/", STATIC_DIR, append_version=False)
+    app.on_response_prepare.append(_revalidate_static)

@@ -1,7 +1,111 @@
-"""Routes for events (being built; see the open issue)."""
+"""``GET /api/v1/events``: the live stream over the activity log (SPEC §6)."""
 
 from __future__ import annotations
 
-from ..api import Route
+import sqlite3
+from typing import Any, Final
 
-ROUTES: list[Route] = []
+from aiohttp import web
+
+from shared.errors import TaskloomError, validation
+from shared.events import EVENT_SET, WIRE_NOISE
+
+from .. import activities
+from ..api import PREFIX, Call, F, Route
+from ..queries import require_project, require_task
+from ..stream import Projection, Stream
+from ..streaming import LOG_READER, STREAMS
+
+LAST_EVENT_ID: Final = "Last-Event-ID"
+#: Longest cursor accepted from the header; a revision never needs more (SQLite integers are 64-bit).
+MAX_CURSOR_DIGITS: Final = 18
+
+EVENTS_QUERY = {
+    "after": F("int", minimum=0, description="resume after this revision; wins over the Last-Event-ID header"),
+    "project": F("str", description="only rows of this project"),
+    "task": F("str", description="only rows of this task (uuid or identifier)"),
+    "event": F("list", items="str", description="comma-separated event names to send"),
+}
+
+
+def header_cursor(value: str | None) -> int | None:
+    """The ``Last-Event-ID`` cursor; a malformed one is refused, never read as 'from the start'."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= MAX_CURSOR_DIGITS):
+        raise validation("Last-Event-ID must be a revision (a non-negative integer)", last_event_id=value)
+    return int(text)
+
+
+def event_filter(names: list[str] | None) -> frozenset[str] | None:
+    if not names:
+        return None
+    for name in names:
+        if name in WIRE_NOISE:
+            raise validation(f"{name} is wire noise and never streamed", field="event", value=name)
+        if name not in EVENT_SET:
+            raise validation(f"unknown event name {name!r}", field="event", value=name)
+    return frozenset(names)
+
+
+def open_cursor(
+    conn: sqlite3.Connection, after: int | None, project: str | None, task: str | None
+) -> tuple[int, str | None]:
+    """The start position and the filtered task's id, read in one snapshot (SPEC §6.2)."""
+    task_id = require_task(conn, task)["id"] if task is not None else None
+    if project is not None:
+        require_project(conn, project)
+    head = activities.head(conn)
+    if after is None:
+        return head, task_id  # a live subscription, not a replay
+    if after > head:
+        raise TaskloomError(
+            "CURSOR_AHEAD",
+            f"cursor {after} is beyond this board's head revision {head}",
+            details={"after": after, "head": head},
+            hint="a board restored from an older backup? read /api/v1/meta and rescan",
+        )
+    floor = int(activities.board_meta(conn).get("floor", "0"))
+    if after < floor:
+        raise TaskloomError(
+            "CURSOR_EXPIRED",
+            f"revisions up to {floor} have been compacted; cursor {after} cannot be resumed",
+            details={"after": after, "floor": floor},
+            hint="rescan board state, then follow from /api/v1/meta's revision",
+        )
+    return after, task_id
+
+
+async def stream_events(call: Call) -> web.StreamResponse:
+    after: Any = call.query.get("after")
+    if after is None:
+        after = header_cursor(call.request.headers.get(LAST_EVENT_ID))
+    events = event_filter(call.query.get("event"))
+    project = call.query.get("project")
+    position, task_id = await call.store.query(open_cursor, after, project, call.query.get("task"))
+    app = call.request.app
+    registry = app[STREAMS]
+    registry.check_capacity()
+    settings = call.settings
+    stream = Stream(
+        call.request,
+        store=call.store,
+        reader=app[LOG_READER],
+        position=position,
+        projection=Projection(project=project, task_id=task_id, events=events),
+        retry_ms=settings.retry_ms,
+        ping_interval=settings.ping_interval,
+    )
+    return await registry.serve(stream)
+
+
+ROUTES = [
+    Route(
+        "GET",
+        f"{PREFIX}/events",
+        stream_events,
+        "Follow the activity log as Server-Sent Events (replay from a cursor, then live)",
+        query=EVENTS_QUERY,
+    ),
+]

@@ -1,0 +1,165 @@
+"""Write → card visibly updated in the browser page, p50/p99 over N writes (SPEC §11, issue 8).
+
+Starts ``taskd`` on a free loopback port with a temporary data directory, logs Chromium in
+through a one-time link, then makes N moves from a second client, one at a time. For each write
+the bench takes the wall clock before the request; the page stamps ``performance.timeOrigin +
+performance.now()`` when the activity frame arrives and when the card's element lands in its new
+column (a MutationObserver). Same machine, same wall clock.
+
+    .venv/bin/python -m bench.ui_bench [--writes 50]
+
+The 100 ms per-card debounce of the page's router is part of what is measured, on purpose: it
+is what a person sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run",
+]
+
+INSTRUMENT = """() => {
+  window.__bench = { frames: [], cards: [] };
+  const live = window.taskloom.live;
+  const onFrame = live.onFrame;
+  live.onFrame = (activity) => {
+    window.__bench.frames.push({ task: activity.task_id, event: activity.event, at: performance.timeOrigin + performance.now() });
+    onFrame(activity);
+  };
+  new MutationObserver((records) => {
+    const at = performance.timeOrigin + performance.now();
+    for (const record of records) {
+      for (const node of record.addedNodes) {
+        if (node.nodeType === 1 && node.matches('.card')) {
+          window.__bench.cards.push({ identifier: node.dataset.identifier, status: node.dataset.status, at });
+        }
+      }
+    }
+  }).observe(document.querySelector('#board'), { subtree: true, childList: true });
+}"""
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def commit_ms(timestamp: str) -> float:
+    return datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() * 1000
+
+
+def start_board(root: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    env = dict(os.environ, TASKLOOM_RUNTIME_DIR=str(root / "run"), TASKLOOM_DATA_DIR=str(root / "data"))
+    taskd = Path(sys.executable).parent / "taskd"
+    log = open(root / "taskd.log", "wb")
+    process = subprocess.Popen(
+        [str(taskd), "serve", "--port", "0", "--data-dir", str(root / "data")],
+        env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+    )
+    pointer = root / "run" / "board.json"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"taskd exited: {(root / 'taskd.log').read_text()}")
+        try:
+            record = json.loads(pointer.read_text())
+            if record.get("pid") == process.pid:
+                return process, record["url"], (root / "data" / "token").read_text().strip()
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    process.kill()
+    raise SystemExit("taskd did not start in 20 s")
+
+
+def run(writes: int) -> dict[str, list[float]]:
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory(prefix="taskloom-ui-bench-") as temp:
+        process, url, token = start_board(Path(temp))
+        try:
+            http = httpx.Client(base_url=url, timeout=10, headers={
+                "Authorization": f"Bearer {token}", "X-Taskloom-Actor-Kind": "claude", "X-Taskloom-Actor": "bench",
+            })
+            http.post("/api/v1/projects", json={"id": "bench", "name": "Bench"}).raise_for_status()
+            cards = [http.post("/api/v1/tasks", json={"project": "bench", "title": f"Card {n}"}).json() for n in range(10)]
+            link = http.post("/api/v1/login-links", json={}).json()["url"]
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+                page = browser.new_page(viewport={"width": 1280, "height": 800})
+                page.goto(link)
+                page.wait_for_selector("#connection[data-state=live]", timeout=15000)
+                page.wait_for_selector(f".card[data-identifier={cards[-1]['identifier']}]")
+                page.evaluate(INSTRUMENT)
+                to_dom: list[float] = []
+                commit_to_dom: list[float] = []
+                to_frame: list[float] = []
+                for n in range(writes):
+                    task = cards[n % len(cards)]
+                    target = "backlog" if (n // len(cards)) % 2 == 0 else "todo"
+                    sent = time.time() * 1000
+                    reply = http.post(f"/api/v1/tasks/{task['id']}/move", json={"to": target})
+                    reply.raise_for_status()
+                    moved = reply.json()
+                    shown = page.wait_for_function(
+                        """([identifier, status]) => {
+                          const hit = window.__bench.cards.find((c) => c.identifier === identifier && c.status === status);
+                          return hit ? hit.at : null;
+                        }""",
+                        arg=[task["identifier"], target],
+                        timeout=10000,
+                    ).json_value()
+                    frame = page.evaluate(
+                        """(task) => {
+                          const hit = window.__bench.frames.find((f) => f.task === task && f.event === 'task_moved');
+                          return hit ? hit.at : null;
+                        }""",
+                        task["id"],
+                    )
+                    page.evaluate("window.__bench.cards = []; window.__bench.frames = []")
+                    to_dom.append(shown - sent)
+                    commit_to_dom.append(shown - commit_ms(moved["updated_at"]))
+                    if frame is not None:
+                        to_frame.append(frame - sent)
+                browser.close()
+            return {"write → frame in page": to_frame, "write → card moved": to_dom, "commit → card moved": commit_to_dom}
+        finally:
+            process.terminate()
+            process.wait(timeout=20)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--writes", type=int, default=50)
+    args = parser.parse_args()
+    if not Path(CHROMIUM).exists():
+        raise SystemExit("needs Debian's chromium: apt-get install chromium")
+    results = run(args.writes)
+    print(f"UI latency over {args.writes} sequential moves (ms; includes the page's 100 ms per-card debounce)")
+    print(f"{'measure':<26}{'n':>4}{'p50':>9}{'p99':>9}{'max':>9}{'mean':>9}")
+    for name, values in results.items():
+        if not values:
+            print(f"{name:<26}{0:>4}")
+            continue
+        print(f"{name:<26}{len(values):>4}{percentile(values, 0.5):>9.1f}{percentile(values, 0.99):>9.1f}"
+              f"{max(values):>9.1f}{statistics.fmean(values):>9.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""The board's one log reader: every new activity row is read once, encoded once, fanned out once.
+
+After an in-process commit the store's commit listener wakes the reader at once. Commits made by
+other processes on the same file are noticed by polling ``PRAGMA data_version`` on the reader's
+own connection (it changes whenever any *other* connection commits). Each wake reads the rows
+after the reader's position in one snapshot, encodes their SSE frames on the reader's thread and
+hands the same bytes to every live stream (SPEC §6.3): the database work per event does not depend
+on how many streams are open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, NamedTuple, Protocol
+
+import orjson
+import structlog
+
+from shared.events import WIRE_NOISE
+from shared.sse import encode_event, encode_id_only
+
+from . import activities
+from .store import SqliteStore, connect
+
+log = structlog.get_logger("taskd.logreader")
+
+#: Rows per read of the live log; a longer backlog is read in several batches, oldest first.
+LIVE_PAGE: Final = 500
+#: Pause after a failed read before the reader tries again, seconds.
+RETRY_AFTER_FAILURE: Final = 1.0
+
+
+class Frame(NamedTuple):
+    """One activity row, encoded: ``wire`` is its complete SSE frame. (A tuple: replay builds
+    tens of thousands a second, and a frozen dataclass costs several times more to create.)"""
+
+    revision: int
+    event: str
+    task_id: str | None
+    project_id: str | None
+    wire: bytes
+
+    @property
+    def noise(self) -> bool:
+        return self.event in WIRE_NOISE
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Rows with ``after < revision <= end`` in revision order; nothing else streamable is in that range.
+
+    ``end`` is the snapshot's head when the page is not full (revisions that belong to other tables
+    hold no row), else the last row's revision. ``complete`` is False when the rows were not read
+    (nobody was listening): such a page only moves the reader's position.
+    """
+
+    after: int
+    end: int
+    frames: tuple[Frame, ...]
+    full: bool = False
+    complete: bool = True
+    #: Every frame a stream without filters receives, joined once (noise left out, see ``wire_for``).
+    wire: bytes = b""
+    #: The id a stream without filters has announced once it has written ``wire``.
+    last_id: int = 0
+
+
+def encode_row(row: sqlite3.Row) -> Frame:
+    try:
+        frame = activities.to_frame(row)
+    except orjson.JSONDecodeError:
+        # A row some other writer stored with broken JSON must not wedge every stream behind it:
+        # it is still a signal that something changed, so it goes out with empty changes.
+        log.warning("activity_changes_unreadable", revision=row["revision"])
+        frame = activities.to_frame(_with_changes(row, "{}"))
+    revision = frame["revision"]
+    wire = encode_event(revision, orjson.dumps(frame))
+    return Frame(revision, frame["event"], frame["task_id"], frame["project_id"], wire)
+
+
+def _with_changes(row: sqlite3.Row, changes_json: str) -> dict[str, object]:
+    # sqlite3.Row iterates over values, not names: keys() is needed here.
+    replaced: dict[str, object] = {key: row[key] for key in row.keys()}  # noqa: SIM118
+    replaced["changes_json"] = changes_json
+    return replaced
+
+
+def unfiltered_wire(frames: Iterable[Frame], last_id: int) -> tuple[bytes, int]:
+    """What a stream without filters sends for ``frames``: noise is left out, but an id-only
+    frame after trailing noise moves the client's cursor past it (SPEC §6.4)."""
+    parts: list[bytes] = []
+    skipped = 0
+    for frame in frames:
+        if frame.noise:
+            skipped = frame.revision
+        else:
+            parts.append(frame.wire)
+            last_id = frame.revision
+    if skipped > last_id:
+        parts.append(encode_id_only(skipped))
+        last_id = skipped
+    return b"".join(parts), last_id
+
+
+def read_page(conn: sqlite3.Connection, after: int, limit: int = activities.REPLAY_PAGE) -> Page:
+    """Streamable rows after ``after``, encoded; one call is one snapshot (``store.query``)."""
+    rows = activities.replay_after(conn, after, limit)
+    frames = tuple(encode_row(row) for row in rows)
+    full = len(frames) == limit
+    end = frames[-1].revision if full else max(activities.head(conn), after)
+    wire, last_id = unfiltered_wire(frames, after)
+    return Page(after, end, frames, full=full, wire=wire, last_id=last_id)
+
+
+class Subscriber(Protocol):
+    def offer(self, page: Page) -> bool:
+        """Take a live page; False means the subscriber has left the fan-out."""
+
+    def fail(self) -> None:
+        """The reader could not read the log; the subscriber closes (its client resumes by cursor)."""
+
+
+class LogReader:
+    """Follows the log for the whole process; streams subscribe once they have caught up to it."""
+
+    def __init__(self, store: SqliteStore, *, poll_interval: float) -> None:
+        self.store = store
+        self.poll_interval = poll_interval
+        #: Every streamable row at or below this revision has been handed to the subscribers.
+        self.position = 0
+        #: Counters for tests and the bench: rows read and reads made by the reader itself.
+        self.rows_read = 0
+        self.reads = 0
+        self._subscribers: set[Subscriber] = set()
+        self._wake = asyncio.Event()
+        self._force = False
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="taskloom-logreader")
+        self._conn: sqlite3.Connection | None = None
+        self._data_version: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.position = await loop.run_in_executor(self._executor, self._open, self.store.path)
+        self.store.add_commit_listener(self.notify)
+        self._task = asyncio.create_task(self._run(), name="taskloom-logreader")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close)
+        self._executor.shutdown(wait=True)
+        self._subscribers.clear()
+
+    def _open(self, path: Path) -> int:
+        self._conn = connect(path)
+        self._data_version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        return activities.head(self._conn)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- fan-out --------------------------------------------------------------------------------
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Join the live fan-out; the caller has already seen everything up to ``position``."""
+        self._subscribers.add(subscriber)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.discard(subscriber)
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def notify(self, revision: int) -> None:
+        """The store's commit listener: an in-process commit is read at once, with no poll delay."""
+        if not self._stopped and revision > self.position:
+            self._force = True
+            self._wake.set()
+
+    def _publish(self, page: Page) -> None:
+        self.position = max(self.position, page.end)
+        leavers = [subscriber for subscriber in self._subscribers if not subscriber.offer(page)]
+        for subscriber in leavers:
+            self._subscribers.discard(subscriber)
+
+    def fail_subscribers(self) -> None:
+        """After a failed read every live stream closes quietly; its client reconnects with its cursor."""
+        subscribers, self._subscribers = self._subscribers, set()
+        for subscriber in subscribers:
+            subscriber.fail()
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._wake.is_set():
+                try:
+                    async with asyncio.timeout(self.poll_interval):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+            self._wake.clear()
+            force, self._force = self._force, False
+            try:
+                page = await loop.run_in_executor(
+                    self._executor, self._read, self.position, force, bool(self._subscribers)
+                )
+            except Exception:
+                log.exception("log_read_failed", position=self.position)
+                self._data_version = None  # read again next time whatever data_version says
+                self.fail_subscribers()
+                await asyncio.sleep(RETRY_AFTER_FAILURE)
+                continue
+            if page is None:
+                continue
+            self._publish(page)
+            if page.full:
+                # A backlog: read the next batch straight away, whatever data_version says.
+                self._force = True
+                self._wake.set()
+
+    def _read(self, position: int, force: bool, fan_out: bool) -> Page | None:
+        """On the reader's thread: nothing when no commit happened, else the rows after ``position``."""
+        conn = self._conn
+        assert conn is not None
+        # Read data_version before the snapshot: a commit that lands in between is read now and
+        # changes data_version again, so at worst we read once more for nothing, never miss one.
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if not force and version == self._data_version:
+            return None
+        self._data_version = version
+        conn.execute("BEGIN")
+        try:
+            if not fan_out:
+                # Nobody is live: only the head moves. A stream joining meanwhile sees the page
+                # marked incomplete and reads the gap itself.
+                end = max(activities.head(conn), position)
+                return Page(position, end, (), complete=False) if end > position else None
+            page = read_page(conn, position, LIVE_PAGE)
+        finally:
+            conn.execute("COMMIT")
+        self.reads += 1
+        self.rows_read += len(page.frames)
+        return page if page.end > position else None

@@ -1,0 +1,366 @@
+// The board page: wires the live stream, the router, the state and the views together.
+
+import { Api, ApiError, q } from "./api.js";
+import { BoardState } from "./board-state.js";
+import { BoardView } from "./board-view.js";
+import { $, formValues, h } from "./dom.js";
+import { Drawer } from "./drawer.js";
+import { BACKFILL_LIMIT, FeedLedger, seenKey } from "./feed.js";
+import { FeedView } from "./feed-view.js";
+import { LiveStream } from "./live.js";
+import { Refresher } from "./router.js";
+
+const PROJECT_KEY = "taskloom:project";
+const FEED_OPEN_KEY = "taskloom:feedOpen";
+const STATE_LABELS = { connecting: "Connecting…", live: "Live", reconnecting: "Reconnecting…", closed: "Disconnected", idle: "Starting…" };
+
+const api = new Api();
+const state = new BoardState();
+const ledger = new FeedLedger();
+const identifiers = new Map(); // task id -> identifier learned from task_created rows
+let boardId = null;
+let feedFrame = 0;
+
+function remember(key, value) {
+  try {
+    localStorage.setItem(key, value);
+  } catch {
+    /* private mode */
+  }
+}
+
+function recall(key) {
+  try {
+    return localStorage.getItem(key);
+  } catch {
+    return null;
+  }
+}
+
+function toast(message, tone = "info") {
+  const item = h("div", { class: `toast toast-${tone}`, role: tone === "error" ? "alert" : "status" }, message);
+  $("#toasts").append(item);
+  setTimeout(() => item.remove(), tone === "error" ? 8000 : 4000);
+}
+
+function nameOf(taskId) {
+  const task = state.tasks.get(taskId);
+  if (task) return task.identifier;
+  return identifiers.get(taskId) || state.nameOf(taskId);
+}
+
+// -- views --------------------------------------------------------------------------------------
+
+const view = new BoardView($("#board"), { onOpen: (taskId) => drawer.open(taskId) });
+const drawer = new Drawer($("#drawer"), {
+  api,
+  state,
+  toast,
+  onTask: (task) => applyTask(task.id, task),
+  onClose: (taskId) => view.focusCard(taskId),
+});
+const feedView = new FeedView($("#feed"), { onOpenTask: (taskId) => openFromFeed(taskId) });
+
+function openFromFeed(taskId) {
+  if (state.tasks.has(taskId)) drawer.open(taskId);
+  else toast(`${nameOf(taskId)} is not on this board view (archived or in another project).`);
+}
+
+function applyTask(taskId, task) {
+  if (task && task.identifier) identifiers.set(task.id, task.identifier);
+  const before = state.tasks.get(taskId);
+  const outcome = state.applyTask(taskId, task);
+  view.update(state, taskId, task, outcome);
+  if (drawer.isOpenOn(taskId)) {
+    if (outcome === "removed" || task === null) {
+      drawer.close();
+      if (task && task.archived_at) toast(`${task.identifier} was archived.`);
+    } else if (outcome !== "stale" && !(before && before.revision === task.revision)) {
+      drawer.taskUpdated(task);
+    }
+  }
+}
+
+// -- feed ---------------------------------------------------------------------------------------
+
+function feedOpen() {
+  return !$("#feed").hidden;
+}
+
+function seenAt() {
+  return Number(recall(seenKey(boardId)) || 0);
+}
+
+function renderFeed() {
+  feedFrame = 0;
+  if (boardId === null) return;
+  const entries = ledger.entries(state.projectId);
+  let seen = seenAt();
+  if (feedOpen() && document.visibilityState === "visible" && entries.length && entries[0].revision > seen) {
+    seen = entries[0].revision;
+    remember(seenKey(boardId), String(seen));
+  }
+  const unread = feedView.render(entries, { seenAt: seen, me: api.actor, name: nameOf });
+  const badge = $("#unread");
+  badge.hidden = unread === 0;
+  badge.textContent = String(unread);
+  $("#feed-toggle").setAttribute("aria-label", unread ? `Activity, ${unread} unread` : "Activity");
+}
+
+function scheduleFeed() {
+  if (!feedFrame) feedFrame = requestAnimationFrame(renderFeed);
+}
+
+function setFeedOpen(open) {
+  $("#feed").hidden = !open;
+  $("#feed-toggle").setAttribute("aria-expanded", String(open));
+  document.body.classList.toggle("feed-open", open);
+  remember(FEED_OPEN_KEY, open ? "1" : "0");
+  renderFeed();
+}
+
+// -- loading ------------------------------------------------------------------------------------
+
+async function loadProjects() {
+  const { items } = await api.get("/projects");
+  state.setProjects(items);
+  const wanted = state.projectId || recall(PROJECT_KEY);
+  state.projectId = items.some((p) => p.id === wanted) ? wanted : items.length ? items[0].id : null;
+  renderProjects();
+}
+
+async function loadTasks({ replace = true } = {}) {
+  if (state.projectId === null) return;
+  const projectId = state.projectId;
+  const items = await api.all(`/tasks?project=${q(projectId)}&archived=true`);
+  for (const task of items) identifiers.set(task.id, task.identifier);
+  state.setTasks(projectId, items, { replace });
+}
+
+async function backfill() {
+  const page = await api.get(`/activities?order=desc&limit=${BACKFILL_LIMIT}`);
+  ledger.reset(page.items);
+  for (const row of page.items) {
+    if (row.event === "task_created" && row.changes && row.changes.identifier) identifiers.set(row.task_id, row.changes.identifier);
+  }
+}
+
+function renderProjects() {
+  const select = $("#project");
+  const options = state.projects.map((project) => h("option", { value: project.id, selected: project.id === state.projectId }, `${project.name || project.id} (${project.prefix || project.id.toUpperCase()})`));
+  select.replaceChildren(...options, h("option", { value: "__new__" }, "New project…"));
+  if (state.projectId) select.value = state.projectId;
+  $("#empty").hidden = state.projects.length > 0;
+  $("#board").hidden = state.projects.length === 0;
+  $("#new-task").disabled = state.projects.length === 0;
+  document.title = state.projectId ? `${state.projectId} · Taskloom` : "Taskloom";
+}
+
+async function reloadLists() {
+  try {
+    await loadProjects();
+    // Card reads may land while this list is read: merge, never go back to an older card.
+    await loadTasks({ replace: false });
+    view.renderAll(state);
+    scheduleFeed();
+  } catch (error) {
+    console.warn("reloading lists failed", error);
+  }
+}
+
+/** The stream asks for a full (re)load: first load, a new board, a useless cursor, resync. */
+async function seed(meta, reason) {
+  refresher.cancel();
+  const changed = boardId !== null && boardId !== meta.board_id;
+  boardId = meta.board_id;
+  if (changed) {
+    state.tasks.clear();
+    state.projectId = null;
+  }
+  await loadProjects();
+  await loadTasks();
+  // Without a stored seenAt this board has never been read here: start with nothing unread.
+  if (recall(seenKey(boardId)) === null) remember(seenKey(boardId), String(meta.revision));
+  await backfill();
+  view.renderAll(state);
+  renderFeed();
+  if (drawer.taskId !== null) {
+    if (state.tasks.has(drawer.taskId) && !changed) drawer.refreshTabs(drawer.taskId, ["*"]);
+    else drawer.close();
+  }
+  if (reason !== "initial" && reason !== "resync") toast(reason === "board_changed" ? "This is a different board now: reloaded." : `Reloaded the board (${reason}).`);
+  if (reason === "resync") toast("Resynced with the board.");
+}
+
+// -- live ---------------------------------------------------------------------------------------
+
+const refresher = new Refresher({
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (id) => clearTimeout(id),
+  fetchTask: async (taskId) => {
+    try {
+      return await api.get(`/tasks/${q(taskId)}`);
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 404) return null;
+      throw error;
+    }
+  },
+  applyTask,
+  refreshTabs: (taskId, tabs) => drawer.refreshTabs(taskId, tabs),
+  reloadLists,
+  warn: (message) => console.warn(message),
+});
+
+function onFrame(activity) {
+  if (activity.event === "task_created" && activity.changes && activity.changes.identifier) identifiers.set(activity.task_id, activity.changes.identifier);
+  refresher.handle(activity);
+  if (ledger.add(activity)) scheduleFeed();
+}
+
+function onState(next, detail = {}) {
+  const indicator = $("#connection");
+  indicator.dataset.state = next;
+  $(".connection-label", indicator).textContent = STATE_LABELS[next] || next;
+  indicator.title = next === "live" ? "Changes appear as they happen" : next === "closed" ? "Not following the board" : "Trying to reach the board";
+  if (detail.reason === "unauthorized") showLogin();
+}
+
+const live = new LiveStream({
+  EventSource: window.EventSource,
+  fetch: (...args) => window.fetch(...args),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (id) => clearTimeout(id),
+  onSeed: seed,
+  onFrame,
+  onState,
+  log: (...args) => console.info("[live]", ...args),
+});
+
+function showLogin() {
+  $("#login").hidden = false;
+  $("#app").setAttribute("aria-hidden", "true");
+}
+
+// -- dialogs ------------------------------------------------------------------------------------
+
+function openCreate() {
+  if (!state.projectId) return;
+  const dialog = $("#create-dialog");
+  const form = $("form", dialog);
+  form.reset();
+  $(".form-error", form).textContent = "";
+  $("#create-project-name").textContent = state.projectId;
+  dialog.showModal();
+  form.elements.title.focus();
+}
+
+async function submitCreate(event) {
+  event.preventDefault();
+  const form = event.target;
+  const values = formValues(form);
+  const body = { project: state.projectId, title: values.title || "" };
+  for (const key of ["description", "priority", "kind", "status"]) if (values[key]) body[key] = values[key];
+  if (values.labels) body.labels = values.labels.split(",").map((name) => name.trim()).filter(Boolean);
+  if (values.assignee_id) {
+    body.assignee_id = values.assignee_id;
+    body.assignee_kind = values.assignee_kind || "human";
+  }
+  const button = $("button[type=submit]", form);
+  button.disabled = true;
+  try {
+    const task = await api.post("/tasks", body);
+    applyTask(task.id, task);
+    $("#create-dialog").close();
+    view.focusCard(task.id);
+    toast(`Created ${task.identifier}.`);
+  } catch (error) {
+    $(".form-error", form).textContent = `${error.code}: ${error.message}`;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function openProjectDialog() {
+  const dialog = $("#project-dialog");
+  $("form", dialog).reset();
+  $(".form-error", dialog).textContent = "";
+  dialog.showModal();
+}
+
+async function submitProject(event) {
+  event.preventDefault();
+  const form = event.target;
+  const values = formValues(form);
+  try {
+    const project = await api.post("/projects", { id: values.id || "", name: values.name || values.id || "" });
+    $("#project-dialog").close();
+    await switchProject(project.id);
+  } catch (error) {
+    $(".form-error", form).textContent = `${error.code}: ${error.message}`;
+  }
+}
+
+async function switchProject(projectId) {
+  drawer.close();
+  state.projectId = projectId;
+  remember(PROJECT_KEY, projectId);
+  await loadProjects();
+  await loadTasks();
+  view.renderAll(state);
+  renderFeed();
+}
+
+// -- wiring -------------------------------------------------------------------------------------
+
+function wire() {
+  $("#project").addEventListener("change", (event) => {
+    if (event.target.value === "__new__") {
+      event.target.value = state.projectId || "";
+      openProjectDialog();
+    } else {
+      switchProject(event.target.value);
+    }
+  });
+  $("#new-task").addEventListener("click", openCreate);
+  $("#empty-create").addEventListener("click", openProjectDialog);
+  $("#create-form").addEventListener("submit", submitCreate);
+  $("#project-form").addEventListener("submit", submitProject);
+  for (const button of document.querySelectorAll("[data-close-dialog]")) {
+    button.addEventListener("click", () => button.closest("dialog").close());
+  }
+  $("#resync").addEventListener("click", () => live.resync());
+  $("#feed-toggle").addEventListener("click", () => setFeedOpen($("#feed").hidden));
+  $("#feed-close").addEventListener("click", () => setFeedOpen(false));
+  const actor = $("#actor");
+  actor.value = api.actor.id;
+  actor.addEventListener("change", () => {
+    api.setActor(actor.value.trim());
+    actor.value = api.actor.id;
+    renderFeed();
+  });
+  document.addEventListener("visibilitychange", renderFeed);
+  setInterval(renderFeed, 30000); // keep "n minutes ago" honest
+  document.addEventListener("keydown", (event) => {
+    const typing = event.target.closest && event.target.closest("input, textarea, select, [contenteditable]");
+    if (typing || event.ctrlKey || event.metaKey || event.altKey || document.querySelector("dialog[open]")) return;
+    if (event.key === "n") {
+      event.preventDefault();
+      openCreate();
+    } else if (event.key === "a") {
+      event.preventDefault();
+      setFeedOpen($("#feed").hidden);
+    } else if (event.key === "Escape" && drawer.taskId !== null) {
+      drawer.close();
+    } else if (event.key === "b") {
+      event.preventDefault();
+      const first = view.firstCard();
+      if (first) first.focus();
+    }
+  });
+  const stored = recall(FEED_OPEN_KEY);
+  setFeedOpen(stored === null ? window.innerWidth >= 1400 : stored === "1");
+}
+
+wire();
+window.taskloom = { state, live, ledger, drawer, view };
+live.start();

@@ -1,0 +1,154 @@
+"""``taskctl events tail``: follow the board's SSE stream directly and print one NDJSON record a line.
+
+Records (SPEC §10): ``{"type":"open","after":N}``, ``{"type":"event","revision":R,"activity":{…}}``,
+``{"type":"shutdown","reason":…}``, ``{"type":"eof","revision":N}`` and
+``{"type":"error","code":…,"message":…,"resume_after":N}``. Exit 0 after a shutdown frame or the
+end of the stream, 1 after a stream error (resume with ``--after N``).
+
+Standard library HTTP plus the shared SSE parser: no aiohttp import, so the command starts fast.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json as jsonlib
+import sys
+import urllib.parse
+from collections.abc import Callable
+from typing import IO, Any
+
+import click
+
+from shared.sse import SSEComment, SSEMessage, SSEParser, SSEProtocolError
+
+from .command import TaskRef, command, current
+from .context import Board, TaskctlError, encode_query, redact
+
+EVENTS_PATH = "/api/v1/events"
+READ_CHUNK = 64 * 1024
+USER_AGENT = "taskctl/0.1 (events tail)"
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+@click.group("events")
+def events() -> None:
+    """Watch the board's live event stream."""
+
+
+def ndjson_printer(stream: IO[str]) -> Emit:
+    def emit(record: dict[str, Any]) -> None:
+        stream.write(jsonlib.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        stream.flush()
+
+    return emit
+
+
+def _error(emit: Emit, code: str, message: str, resume_after: int | None) -> int:
+    emit({"type": "error", "code": code, "message": redact(message), "resume_after": resume_after})
+    return 1
+
+
+def _head(board: Board) -> int:
+    """The board's head revision, so the ``open`` record names the cursor the stream starts from."""
+    from .context import BoardHttp
+
+    with BoardHttp(board) as http:
+        meta = http.call("GET", "/api/v1/meta")
+    return int(meta["revision"])
+
+
+def tail_stream(
+    board: Board,
+    *,
+    after: int,
+    project: str | None = None,
+    task: str | None = None,
+    event_names: list[str] | None = None,
+    emit: Emit,
+) -> int:
+    """Follow the stream from ``after`` until it ends; returns the exit code."""
+    parts = urllib.parse.urlsplit(board.url)
+    target = parts.path + EVENTS_PATH + encode_query({"after": after, "project": project, "task": task, "event": event_names})
+    headers = {"Accept": "text/event-stream", "User-Agent": USER_AGENT}
+    if board.token:
+        headers["Authorization"] = f"Bearer {board.token}"
+    factory = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    # No read timeout: a quiet board sends only pings, and the user ends the tail with Ctrl-C.
+    conn = factory(parts.hostname or "", parts.port, timeout=None)
+    parser = SSEParser(last_event_id=str(after))
+    cursor = after
+    try:
+        try:
+            conn.request("GET", target, headers=headers)
+            response = conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            return _error(emit, "BOARD_UNREACHABLE", f"cannot reach the board at {board.url}: {exc}", cursor)
+        if response.status != 200:
+            raw = response.read()
+            try:
+                error = jsonlib.loads(raw)["error"]
+                return _error(emit, str(error["code"]), str(error["message"]), cursor)
+            except (ValueError, KeyError, TypeError):
+                return _error(emit, "HTTP_ERROR", f"the board answered {response.status}", cursor)
+        emit({"type": "open", "after": after})
+        while True:
+            try:
+                chunk = response.read1(READ_CHUNK)
+            except (OSError, http.client.HTTPException) as exc:
+                return _error(emit, "STREAM_BROKEN", f"the stream broke: {exc or type(exc).__name__}", cursor)
+            if not chunk:
+                emit({"type": "eof", "revision": cursor})
+                return 0
+            try:
+                items = parser.feed(chunk)
+            except SSEProtocolError as exc:
+                items, failure = exc.items, exc
+            else:
+                failure = None
+            for item in items:
+                if isinstance(item, SSEComment):
+                    continue
+                if item.event == "shutdown":
+                    emit({"type": "shutdown", "reason": _reason(item)})
+                    return 0
+                if item.event is None and item.id is not None and item.id.isdigit():
+                    cursor = int(item.id)
+                    if item.data is not None:
+                        emit({"type": "event", "revision": cursor, "activity": jsonlib.loads(item.data)})
+            if failure is not None:
+                return _error(emit, "STREAM_INVALID", str(failure), cursor)
+    finally:
+        conn.close()
+
+
+def _reason(message: SSEMessage) -> str | None:
+    try:
+        return jsonlib.loads(message.data or "{}").get("reason")
+    except (ValueError, AttributeError):
+        return None
+
+
+@command(events, "tail")
+@click.option("--after", type=click.IntRange(min=0), help="Replay from this revision (default: the board's head).")
+@click.option("--project", metavar="ID", help="Only this project's rows.")
+@click.option("--task", type=TaskRef(), help="Only this task's rows (uuid or identifier).")
+@click.option("--event", "event_names", multiple=True, metavar="NAME",
+              help="Only these event names (repeat, or a comma list).")
+def tail(after: int | None, project: str | None, task: str | None, event_names: tuple[str, ...]) -> None:
+    """Print the board's live event stream as NDJSON, one record a line.
+
+    \b
+    Exit 0 when the board ends the stream (shutdown or end of stream), 1 on a stream error;
+    the error record's resume_after is the --after to continue from.
+    """
+    emit = ndjson_printer(sys.stdout)
+    names = [name for value in event_names for name in value.split(",") if name]
+    try:
+        board = current().board()
+        start = after if after is not None else _head(board)
+    except TaskctlError as error:
+        code = _error(emit, error.code, error.message, after)
+        raise click.exceptions.Exit(code) from None
+    code = tail_stream(board, after=start, project=project, task=task, event_names=names or None, emit=emit)
+    raise click.exceptions.Exit(code)
