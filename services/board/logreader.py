@@ -155,6 +155,7 @@ class LogReader:
 
     async def stop(self) -> None:
         self._stopped = True
+        self.store.remove_commit_listener(self.notify)
         if self._task is not None:
             self._task.cancel()
             try:

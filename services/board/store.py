@@ -279,6 +279,11 @@ class SqliteStore:
         """Called on the event loop after every commit that appended activity rows."""
         self._listeners.append(listener)
 
+    def remove_commit_listener(self, listener: CommitListener) -> None:
+        """Stop telling ``listener`` about commits (a reader leaving with its app)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:

@@ -360,3 +360,17 @@ def test_two_processes_opening_one_fresh_file_both_succeed(tmp_path: Path) -> No
     finally:
         conn.close()
 
+
+
+@pytest.mark.parametrize("changes", ["{not json", "[1, 2]", "42"])
+async def test_an_activity_row_whose_changes_are_not_a_json_object_is_refused(
+    board: RunningBoard, changes: str
+) -> None:
+    with raw_connection(board) as conn:
+        with pytest.raises(sqlite3.IntegrityError, match="ACTIVITY_CHANGES_NOT_JSON"):
+            conn.execute(
+                "INSERT INTO task_activities (actor_kind, actor_id, event, changes_json, revision, created_at)"
+                " VALUES ('system', 'board', 'label_gc', ?, (SELECT revision + 1 FROM global_revision), 'now')",
+                (changes,),
+            )
+    assert await activity_count(board) == 0
