@@ -1,0 +1,218 @@
+"""The hub's one board connection: ``GET /api/v1/events`` followed for ever (SPEC §7.2).
+
+Every (re)connect first reads ``/api/v1/meta``: a different ``board_id`` than before, or a board
+that refuses the cursor (``400 CURSOR_AHEAD``, ``410 CURSOR_EXPIRED``), becomes a reset for the
+followers, never a silent gap. Between attempts it waits on a ladder, 1 s doubling to 30 s, and
+resumes from the last revision it saw. The board's ``shutdown`` frame is not forwarded: a board
+restart is invisible to local followers apart from the pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+import structlog
+
+from shared import hub_protocol as hp
+from shared.sse import SSEMessage, SSEParser, SSEProtocolError
+
+log = structlog.get_logger("taskhub")
+
+#: Without a byte for this long (the board pings every 15 s) the connection is presumed dead.
+READ_TIMEOUT = 45.0
+
+_RESET_FOR_ERROR = {
+    "CURSOR_AHEAD": hp.RESET_BOARD_CURSOR_AHEAD,
+    "CURSOR_EXPIRED": hp.RESET_BOARD_CURSOR_EXPIRED,
+}
+
+
+class BoardSink(Protocol):
+    """What the link tells the hub; called on the event loop, in stream order."""
+
+    def board_contact(self, board_id: str, head: int) -> None:
+        """First contact with a board: live from ``head``."""
+
+    def board_reset(self, reason: str, board_id: str, head: int) -> None:
+        """The cursor cannot continue (another board, a refused cursor): live again from ``head``."""
+
+    def board_event(self, revision: int, activity: dict[str, Any]) -> None:
+        """One activity frame, revisions strictly increasing."""
+
+    def board_cursor(self, revision: int) -> None:
+        """An id-only frame: the cursor moved past rows that are not sent (SPEC §6.4)."""
+
+    def board_streaming(self, connects: int) -> None:
+        """A stream opened (``connects`` counts them): after a reconnect, registrations re-render."""
+
+
+class BoardUnavailable(Exception):
+    """One attempt failed; the ladder decides when to try again."""
+
+
+class BoardLink:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        sink: BoardSink,
+        *,
+        reconnect_min: float = hp.RECONNECT_MIN,
+        reconnect_max: float = hp.RECONNECT_MAX,
+        read_timeout: float = READ_TIMEOUT,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
+        self._sink = sink
+        self._reconnect_min = reconnect_min
+        self._reconnect_max = reconnect_max
+        self._read_timeout = read_timeout
+        self.board_id: str | None = None
+        self.cursor: int | None = None
+        self.state = "connecting"
+        self.connects = 0
+        #: Set once the first attempt has an answer, good or bad (the hub waits for it at start).
+        self.first_attempt = asyncio.Event()
+
+    async def run(self) -> None:
+        """Follow the board until cancelled; no failure ends the loop, only the ladder slows it."""
+        delay = self._reconnect_min
+        # force_close: a fresh connection per request, so a stream never inherits the state of a
+        # pooled keep-alive connection. aiohttp's own sock_read is kept as a second guard.
+        timeout = aiohttp.ClientTimeout(total=None, connect=10.0, sock_connect=10.0, sock_read=self._read_timeout)
+        connector = aiohttp.TCPConnector(force_close=True, limit=4)
+        async with aiohttp.ClientSession(timeout=timeout, headers=self._headers, connector=connector) as session:
+            while True:
+                opened_before = self.connects
+                try:
+                    await self._attempt(session)
+                except BoardUnavailable as exc:
+                    log.info("board_unavailable", board=self.url, reason=str(exc))
+                except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+                    log.info("board_unavailable", board=self.url, reason=f"{type(exc).__name__}: {exc}")
+                except Exception:
+                    # A bug here or in a library must not leave the hub deaf with its followers
+                    # waiting: say so in the log and go round the ladder like any other failure.
+                    log.exception("board_link_failed", board=self.url)
+                finally:
+                    self.first_attempt.set()
+                if self.connects > opened_before:
+                    delay = self._reconnect_min  # a stream that opened, however it ended, restarts the ladder
+                self.state = "reconnecting"
+                log.info("board_reconnect_in", board=self.url, seconds=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._reconnect_max)
+
+    async def _attempt(self, session: aiohttp.ClientSession) -> None:
+        """One connect: ``/meta``, then the stream until it ends."""
+        meta = await self._meta(session)
+        board_id, head = meta["board_id"], meta["revision"]
+        if not isinstance(board_id, str) or not isinstance(head, int):
+            raise BoardUnavailable("the board's /meta is not a Taskloom meta record")
+        if self.board_id is None:
+            self.board_id, self.cursor = board_id, head
+            log.info("board_contact", board=self.url, board_id=board_id, revision=head)
+            self._sink.board_contact(board_id, head)
+        elif board_id != self.board_id:
+            log.warning("board_changed", board=self.url, was=self.board_id, now=board_id, revision=head)
+            self._reset(hp.RESET_BOARD_CHANGED, board_id, head)
+        for attempt in range(2):
+            async with session.get(f"{self.url}/api/v1/events", params={"after": str(self.cursor)}) as response:
+                if response.status == 200:
+                    self.connects += 1
+                    self.state = "streaming"
+                    log.info("board_streaming", board=self.url, after=self.cursor, connects=self.connects)
+                    self.first_attempt.set()
+                    self._sink.board_streaming(self.connects)
+                    await self._read(response)
+                    return
+                code = await _error_code(response)
+                reason = _RESET_FOR_ERROR.get(code or "")
+                if reason is None or attempt:
+                    raise BoardUnavailable(f"GET /api/v1/events answered {response.status} {code or ''}".strip())
+            log.warning("board_refused_cursor", board=self.url, code=code, cursor=self.cursor, revision=head)
+            # The refusal was about our cursor: retry at once, live from the head /meta named.
+            self._reset(reason, board_id, head)
+
+    async def _meta(self, session: aiohttp.ClientSession) -> dict[str, Any]:
+        async with session.get(f"{self.url}/api/v1/meta", headers={"Accept": "application/json"}) as response:
+            if response.status != 200:
+                code = await _error_code(response)
+                raise BoardUnavailable(f"GET /api/v1/meta answered {response.status} {code or ''}".strip())
+            body = orjson.loads(await response.read())
+        if not isinstance(body, dict) or "board_id" not in body or "revision" not in body:
+            raise BoardUnavailable("the board's /meta is not a Taskloom meta record")
+        return body
+
+    def _reset(self, reason: str, board_id: str, head: int) -> None:
+        self.board_id, self.cursor = board_id, head
+        self._sink.board_reset(reason, board_id, head)
+
+    async def _read(self, response: aiohttp.ClientResponse) -> None:
+        parser = SSEParser(last_event_id=str(self.cursor))
+        content = response.content
+        while True:
+            # Our own watchdog on top of aiohttp's sock_read: the board pings every 15 s, so a
+            # silent connection is a dead one, whatever state the client library is in.
+            try:
+                async with asyncio.timeout(self._read_timeout):
+                    chunk = await content.readany()
+            except TimeoutError:
+                raise BoardUnavailable(f"no byte from the board for {self._read_timeout:g} s") from None
+            if not chunk:
+                break
+            try:
+                items = parser.feed(chunk)
+            except SSEProtocolError as exc:
+                self._deliver(exc.items)
+                raise BoardUnavailable(f"bad stream from the board: {exc}") from None
+            self._deliver(items)
+        log.info("board_stream_ended", board=self.url, cursor=self.cursor)
+
+    def _deliver(self, items: list[Any]) -> None:
+        for item in items:
+            if not isinstance(item, SSEMessage):
+                continue  # ": ping" comments only prove the board is alive
+            if item.event is not None and item.event != "message":
+                # Named frames are id-less signals. ``shutdown`` means the board is going away
+                # on purpose; followers keep their streams, the ladder brings the board back.
+                if item.event == "shutdown":
+                    log.info("board_shutdown_frame", board=self.url, data=item.data)
+                continue
+            revision = _revision(item.id)
+            if item.data is None:
+                if revision is not None and self.cursor is not None and revision > self.cursor:
+                    self.cursor = revision
+                    self._sink.board_cursor(revision)
+                continue
+            try:
+                activity = orjson.loads(item.data)
+            except orjson.JSONDecodeError:
+                log.warning("board_frame_unreadable", board=self.url, id=item.id)
+                continue
+            if revision is None and isinstance(activity, dict):
+                revision = activity.get("revision") if isinstance(activity.get("revision"), int) else None
+            if revision is None or not isinstance(activity, dict):
+                log.warning("board_frame_without_revision", board=self.url, id=item.id)
+                continue
+            if self.cursor is not None and revision <= self.cursor:
+                continue  # a replayed duplicate: at-least-once upstream, exactly-in-order here
+            self.cursor = revision
+            self._sink.board_event(revision, activity)
+
+
+def _revision(value: str | None) -> int | None:
+    if value is None or not value.isascii() or not value.isdigit():
+        return None
+    return int(value)
+
+
+async def _error_code(response: aiohttp.ClientResponse) -> str | None:
+    try:
+        body = orjson.loads(await response.read())
+        return body["error"]["code"]
+    except (orjson.JSONDecodeError, KeyError, TypeError, aiohttp.ClientError):
+        return None

@@ -1,0 +1,381 @@
+"""The hub client ``taskctl`` uses: find or start the hub, follow through it, stop it (SPEC §7.1).
+
+Finding: a pointer is trusted only after an authenticated ``ping`` answers on its port.
+Starting: whoever takes the owner lock spawns the hub, detached, with the locked descriptor
+inherited and the board token in the child's environment (never argv); everyone else polls for
+the pointer. A hub of another protocol generation is stopped (only when the pointer and the lock
+name the same live pid) and replaced. A same-generation hub that is slow is left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from shared import hub_protocol as hp
+from shared.ndjson import LineFramer, encode_line
+from shared.paths import runtime_dir as default_runtime_dir
+
+from .pointer import HubFiles, OwnerLock, ensure_private_dir, open_private, pid_alive, read_lock_pid, read_pointer
+
+#: How long find-or-start may take before giving up, seconds.
+START_TIMEOUT = 20.0
+#: An authenticated ping must answer this fast for a pointer to be trusted, seconds.
+PING_TIMEOUT = 3.0
+#: How long a signalled hub gets to exit before SIGKILL (generation replacement), seconds.
+STOP_TIMEOUT = 10.0
+#: Polling step while another starter spawns the hub, seconds.
+POLL_STEP = 0.02
+
+_TERMINAL = frozenset({"idle", "eof"})
+
+
+class HubError(Exception):
+    """The hub refused us with a stable code (``UNAUTHORIZED``, ``PROTOCOL_MISMATCH``…)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class HubUnavailable(Exception):
+    """No hub could be found, started or reached in time."""
+
+
+@dataclass(frozen=True)
+class HubAddress:
+    port: int
+    token: str = ""  # the hub's own per-process token
+    pid: int = 0
+    key: str = ""
+
+    def __repr__(self) -> str:  # keep the hub token out of tracebacks and logs
+        return f"HubAddress(port={self.port}, pid={self.pid}, key={self.key!r})"
+
+
+class HubSession:
+    """One NDJSON session with the hub, after ``hello``/``welcome``."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, welcome: dict[str, Any]) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.welcome = welcome
+        self._framer = LineFramer()
+        self._pending: list[bytes] = []
+
+    @classmethod
+    async def connect(cls, address: HubAddress, *, timeout: float = PING_TIMEOUT, protocol: int = hp.HUB_PROTOCOL) -> HubSession:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", address.port), timeout)
+        session = cls(reader, writer, {})
+        try:
+            await session.send(hp.hello(address.token, protocol=protocol))
+            answer = await asyncio.wait_for(session.receive(), timeout)
+        except BaseException:
+            session.close()
+            raise
+        if answer is None:
+            session.close()
+            raise ConnectionError("the hub closed the session during hello")
+        if answer.get("type") == "error":
+            session.close()
+            raise HubError(str(answer.get("code")), str(answer.get("message")))
+        if answer.get("type") != "welcome":
+            session.close()
+            raise ConnectionError(f"expected welcome, got {answer.get('type')!r}")
+        session.welcome = answer
+        return session
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.writer.write(encode_line(message))
+        await self.writer.drain()
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next message, or None when the hub closed the connection."""
+        while not self._pending:
+            chunk = await self.reader.read(64 * 1024)
+            if not chunk:
+                return None
+            self._pending = self._framer.feed(chunk)
+        message = orjson.loads(self._pending.pop(0))
+        return message if isinstance(message, dict) else {}
+
+    async def request(self, message: dict[str, Any], *, timeout: float = PING_TIMEOUT) -> dict[str, Any]:
+        await self.send(message)
+        answer = await asyncio.wait_for(self.receive(), timeout)
+        if answer is None:
+            raise ConnectionError("the hub closed the session")
+        return answer
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+# -- finding, starting, stopping ----------------------------------------------------------------
+
+
+def hub_files(
+    board_url: str, board_token: str, *, runtime: Path | None = None, environ: Mapping[str, str] | None = None
+) -> HubFiles:
+    env = os.environ if environ is None else environ
+    directory = runtime if runtime is not None else default_runtime_dir(env, Path.home())
+    return HubFiles(directory, hp.hub_key(board_url, board_token))
+
+
+async def ping(address: HubAddress, *, timeout: float = PING_TIMEOUT) -> dict[str, Any] | None:
+    """``pong`` from the hub at ``address``, or None if nothing trustworthy answers in time."""
+    try:
+        session = await HubSession.connect(address, timeout=timeout)
+    except (TimeoutError, OSError, HubError, ValueError):
+        return None
+    try:
+        answer = await session.request(hp.ping(), timeout=timeout)
+    except (TimeoutError, OSError, ValueError):
+        return None
+    finally:
+        session.close()
+    return answer if answer.get("type") == "pong" else None
+
+
+def _address(record: dict[str, Any], key: str) -> HubAddress:
+    return HubAddress(port=record["port"], token=str(record.get("token", "")), pid=record["pid"], key=key)
+
+
+async def find_or_start(
+    board_url: str,
+    board_token: str,
+    *,
+    runtime: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    timeout: float = START_TIMEOUT,
+    hub_args: tuple[str, ...] = (),
+) -> HubAddress:
+    """The address of a live, current-generation hub for this board, starting one if needed."""
+    env = dict(os.environ if environ is None else environ)
+    files = hub_files(board_url, board_token, runtime=runtime, environ=env)
+    ensure_private_dir(files.runtime)
+    deadline = time.monotonic() + timeout
+    slow_pid: int | None = None
+    while True:
+        record = read_pointer(files)
+        if record is not None and record.get("protocol") == hp.HUB_PROTOCOL:
+            address = _address(record, files.key)
+            if await ping(address) is not None:
+                return address
+        lock = OwnerLock.try_acquire(files, role="starter")
+        if lock is not None:
+            try:
+                return await _start_holding_lock(files, lock, board_url, board_token, env, deadline, hub_args)
+            finally:
+                lock.release()
+        # Someone holds the lock: a starter at work, or a running hub.
+        holder = read_lock_pid(files)
+        record = read_pointer(files)
+        if record is not None and record.get("pid") == holder and holder is not None and pid_alive(holder):
+            if record.get("protocol") != hp.HUB_PROTOCOL:
+                await stop_pid(holder)  # another generation: replaced, never reused (SPEC §7.1)
+                continue
+            slow_pid = holder  # same generation, alive, not answering: slow, not dead
+        if time.monotonic() > deadline:
+            if slow_pid is not None:
+                raise HubUnavailable(
+                    f"the hub (pid {slow_pid}) does not answer; stop it with `taskctl events hub --stop`"
+                )
+            raise HubUnavailable(f"no hub answered within {timeout:.0f} s (lock held by pid {holder}); see {files.log}")
+        await asyncio.sleep(POLL_STEP)
+
+
+async def _start_holding_lock(
+    files: HubFiles,
+    lock: OwnerLock,
+    board_url: str,
+    board_token: str,
+    env: dict[str, str],
+    deadline: float,
+    hub_args: tuple[str, ...],
+) -> HubAddress:
+    # Another starter may have finished between our look and our lock.
+    record = read_pointer(files)
+    if record is not None and record.get("protocol") == hp.HUB_PROTOCOL:
+        address = _address(record, files.key)
+        if await ping(address) is not None:
+            return address
+    if (
+        record is not None
+        and record.get("protocol") != hp.HUB_PROTOCOL
+        and record.get("pid") == lock.previous_pid
+        and pid_alive(record["pid"])
+    ):
+        # An older hub that does not hold the flock itself: pointer and lock still agree on it.
+        await stop_pid(record["pid"])
+    child = spawn_hub(files, lock, board_url, board_token, env, hub_args)
+    while True:
+        record = read_pointer(files)
+        if record is not None and record.get("pid") == child.pid:
+            address = _address(record, files.key)
+            if await ping(address) is not None:
+                return address
+        if child.poll() is not None:
+            raise HubUnavailable(f"the hub exited with status {child.returncode}: {_log_tail(files.log)}")
+        if time.monotonic() > deadline:
+            raise HubUnavailable(f"the hub (pid {child.pid}) did not publish its pointer in time; see {files.log}")
+        await asyncio.sleep(POLL_STEP)
+
+
+def spawn_hub(
+    files: HubFiles,
+    lock: OwnerLock,
+    board_url: str,
+    board_token: str,
+    env: dict[str, str],
+    hub_args: tuple[str, ...] = (),
+) -> subprocess.Popen[bytes]:
+    """Start ``taskhub serve`` detached, handing it the locked descriptor; the token goes in its env."""
+    child_env = dict(env)
+    child_env["TASKLOOM_TOKEN"] = board_token
+    child_env["TASKLOOM_RUNTIME_DIR"] = str(files.runtime)
+    package_root = str(Path(__file__).resolve().parents[2])
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    log_fd = open_private(files.log, os.O_WRONLY | os.O_APPEND)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "services.hub.cli", "serve", "--board", board_url, "--lock-fd", str(lock.fd), *hub_args],
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            pass_fds=(lock.fd,),
+            start_new_session=True,  # detached: no terminal signals, outlives the starter
+            cwd="/",
+        )
+    finally:
+        os.close(log_fd)
+
+
+def _log_tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+async def stop_pid(pid: int, *, timeout: float = STOP_TIMEOUT, kill: bool = True) -> bool:
+    """SIGTERM ``pid`` and wait for it to go; SIGKILL after ``timeout`` if ``kill``. True if gone."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            if not kill:
+                return False
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                return True
+            kill = False
+            deadline = time.monotonic() + timeout
+        await asyncio.sleep(POLL_STEP)
+    return True
+
+
+@dataclass(frozen=True)
+class StopResult:
+    key: str
+    pid: int | None
+    stopped: bool
+    message: str
+
+
+async def stop_hub(files: HubFiles, *, timeout: float = STOP_TIMEOUT) -> StopResult:
+    """Signal the hub that both the pointer and the lock name; never speaks the socket protocol,
+    so it works on a hub of any generation."""
+    record = read_pointer(files)
+    holder = read_lock_pid(files)
+    if record is None:
+        return StopResult(files.key, None, False, "no hub is running for this board")
+    pid = record["pid"]
+    if not pid_alive(pid):
+        files.pointer.unlink(missing_ok=True)
+        return StopResult(files.key, pid, False, f"the hub (pid {pid}) is not running; removed its stale pointer")
+    if holder != pid:
+        return StopResult(files.key, pid, False, f"pointer names pid {pid} but the lock names {holder}; not signalling")
+    gone = await stop_pid(pid, timeout=timeout, kill=False)
+    return StopResult(files.key, pid, gone, f"stopped the hub (pid {pid})" if gone else f"the hub (pid {pid}) is still stopping")
+
+
+def all_hub_files(runtime: Path) -> list[HubFiles]:
+    """Every hub pointer in the runtime directory (for ``hub --stop --all``)."""
+    return sorted(
+        (HubFiles(runtime, path.name[len("hub-"):-len(".json")]) for path in runtime.glob("hub-*.json")),
+        key=lambda files: files.key,
+    )
+
+
+# -- following ------------------------------------------------------------------------------
+
+
+async def follow(
+    board_url: str,
+    board_token: str,
+    *,
+    after: int | None = None,
+    idle_ms: int | None = None,
+    runtime: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    on_state: Callable[[str], None] | None = None,
+    on_problem: Callable[[str], None] | None = None,
+    reconnect_min: float = hp.RECONNECT_MIN,
+    reconnect_max: float = hp.RECONNECT_MAX,
+) -> AsyncIterator[dict[str, Any]]:
+    """Every record of a follow stream, across hub restarts: yields until ``idle``.
+
+    On a lost connection or a hub ``shutdown`` it finds or starts the hub again on a 1 s → 30 s
+    ladder and resumes with the last revision it saw (events, heartbeats and resets move it).
+    A fatal ``error`` raises ``HubError``.
+    """
+    cursor = after
+    delay = reconnect_min
+    report = on_state or (lambda state: None)
+    report("starting")
+    while True:
+        session: HubSession | None = None
+        try:
+            address = await find_or_start(board_url, board_token, runtime=runtime, environ=environ)
+            session = await HubSession.connect(address)
+            await session.send(hp.follow(after=cursor, idle_ms=idle_ms))
+            while (record := await session.receive()) is not None:
+                kind = record.get("type")
+                if kind == "open":
+                    delay = reconnect_min
+                    report("streaming")
+                elif kind in ("event", "heartbeat", "reset") and isinstance(record.get("revision"), int):
+                    cursor = record["revision"]
+                yield record
+                if kind in _TERMINAL:
+                    return
+                if kind == "error":
+                    raise HubError(str(record.get("code")), str(record.get("message")))
+                if kind == "shutdown":
+                    delay = 0.0  # the hub is going away on purpose: start the next one at once
+                    break
+        except (TimeoutError, OSError, HubUnavailable, ValueError) as exc:
+            if on_problem is not None:
+                on_problem(f"{type(exc).__name__}: {exc}; retrying in {max(delay, reconnect_min):g} s")
+        finally:
+            if session is not None:
+                session.close()
+        report("reconnecting")
+        await asyncio.sleep(delay)
+        delay = min(max(delay * 2, reconnect_min), reconnect_max)

@@ -1,0 +1,175 @@
+"""The hub's files in the runtime directory: pointer, owner lock, log (SPEC §7.1).
+
+- ``hub-<key>.json``: where the running hub listens and its per-process token (0600).
+- ``hub-<key>.lock``: the owner lock. Its holder is the one process allowed to start or be the
+  hub for this key. It is an ``flock`` on the file, so the kernel releases it when the holder
+  dies: a lock "held" by a dead starter is simply free. The file also names the holder's pid,
+  which is what ``--stop`` and generation replacement compare with the pointer's pid.
+  A starter takes the lock, spawns the hub with the locked descriptor inherited, and the hub
+  keeps holding it for its whole life. The file is never unlinked: removing a file someone is
+  about to lock would let two processes each lock a different inode.
+- ``hub-<key>.log``: structlog JSON lines.
+- ``hub-<key>.registrations.json``: detached card-brief registrations (SPEC §7.4).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: the hub's lock needs a msvcrt port
+    fcntl = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class HubFiles:
+    runtime: Path
+    key: str
+
+    @property
+    def pointer(self) -> Path:
+        return self.runtime / f"hub-{self.key}.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.runtime / f"hub-{self.key}.lock"
+
+    @property
+    def log(self) -> Path:
+        return self.runtime / f"hub-{self.key}.log"
+
+    @property
+    def registrations(self) -> Path:
+        return self.runtime / f"hub-{self.key}.registrations.json"
+
+
+def ensure_private_dir(path: Path) -> None:
+    """The runtime directory is owner-only (0700), however it came to exist."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+
+
+def open_private(path: Path, flags: int) -> int:
+    """Open (creating 0600) a file in the runtime directory; an existing file is forced to 0600."""
+    fd = os.open(path, flags | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
+def write_json_atomic(path: Path, record: dict[str, Any]) -> None:
+    """Write owner-only through a temp file and rename, so readers never see half a record."""
+    ensure_private_dir(path.parent)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = open_private(temp, os.O_WRONLY | os.O_TRUNC)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=2)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a file, or None if it is missing or unreadable (a crash mid-write)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_pointer(files: HubFiles) -> dict[str, Any] | None:
+    record = read_json(files.pointer)
+    if record is None or not isinstance(record.get("pid"), int) or not isinstance(record.get("port"), int):
+        return None
+    return record
+
+
+def remove_pointer_if_mine(files: HubFiles, pid: int) -> None:
+    """A newer hub may have replaced the pointer while this one was stopping: leave that one be."""
+    record = read_json(files.pointer)
+    if record is not None and record.get("pid") == pid:
+        files.pointer.unlink(missing_ok=True)
+
+
+def read_lock_pid(files: HubFiles) -> int | None:
+    """The pid the lock file names (its holder, if that process still holds it)."""
+    record = read_json(files.lock)
+    pid = record.get("pid") if record else None
+    return pid if isinstance(pid, int) else None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (a zombie waiting to be reaped counts as dead)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive, and not ours to signal
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs (macOS): kill(0) is the best answer there is
+    # The state letter follows the parenthesised command name, which may itself hold spaces.
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+class OwnerLock:
+    """The ``flock`` on ``hub-<key>.lock``; the holder writes its pid (and role) into the file."""
+
+    def __init__(self, files: HubFiles, fd: int, *, previous_pid: int | None = None) -> None:
+        self.files = files
+        self.fd = fd
+        #: The pid the file named before we took it (a dead starter, an older hub…).
+        self.previous_pid = previous_pid
+
+    @classmethod
+    def try_acquire(cls, files: HubFiles, *, role: str) -> OwnerLock | None:
+        """Take the lock without waiting; None when a live process holds it."""
+        if fcntl is None:  # pragma: no cover
+            raise RuntimeError("the hub's owner lock needs fcntl (POSIX)")
+        ensure_private_dir(files.runtime)
+        fd = open_private(files.lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None
+            raise
+        lock = cls(files, fd, previous_pid=read_lock_pid(files))
+        lock.stamp(os.getpid(), role=role)
+        return lock
+
+    @classmethod
+    def inherit(cls, files: HubFiles, fd: int) -> OwnerLock:
+        """Adopt a descriptor a starter locked and passed down; the flock came with it."""
+        if fcntl is None:  # pragma: no cover
+            raise RuntimeError("the hub's owner lock needs fcntl (POSIX)")
+        os.set_inheritable(fd, False)
+        # A non-blocking re-lock of our own open file description succeeds only if we hold it.
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock = cls(files, fd)
+        lock.stamp(os.getpid(), role="hub")
+        return lock
+
+    def stamp(self, pid: int, *, role: str) -> None:
+        data = json.dumps({"pid": pid, "role": role, "since": time.time()}).encode() + b"\n"
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+
+    def release(self) -> None:
+        """Close our descriptor; the flock goes once no process holds the description open."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,498 @@
+"""The hub: one board link fanned out to local NDJSON sessions on 127.0.0.1 (SPEC §7.2–7.3).
+
+``Hub`` owns the listening socket, the board link, the replay ring and the open connections.
+``Connection`` is the thin I/O shell around a ``protocol.Session``: it reads bytes, feeds them
+to the session and carries out the actions; one writer task per connection is the only thing
+that writes to its socket.
+
+Slow followers: each follower's outbox is bounded (``max_pending`` lines). A follower whose
+outbox is full leaves the live fan-out; once it has written what it holds, it catches up from
+the ring by its own cursor and rejoins, so it loses nothing while the ring still covers it. If
+the ring has moved past its cursor it gets ``reset {reason: "ring"}`` and continues live. Other
+followers never wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from shared import hub_protocol as hp
+from shared.ndjson import MAX_LINE, encode_line
+
+from .board_link import READ_TIMEOUT, BoardLink
+from .protocol import Close, Request, Send, Session
+from .registrations import Registrations
+from .ring import Ring
+
+log = structlog.get_logger("taskhub")
+
+#: Bytes asked of the socket per read.
+READ_CHUNK = 64 * 1024
+#: A follower's outbox holds at most this many lines before it leaves the live fan-out.
+MAX_PENDING = 1024
+#: Lines the catch-up copies from the ring per step, so one follower cannot hog the loop.
+CATCH_UP_BATCH = 512
+#: How long a closing session may take to hand its last lines to the peer, seconds.
+SHUTDOWN_GRACE = 2.0
+#: After a fatal error: how long, and how many bytes, the hub drains from a peer before closing.
+LINGER = 1.0
+LINGER_BYTES = 4 << 20
+#: Bytes a transport may hold before live events go through the outbox and ``drain()``.
+WRITE_HIGH_WATER = 64 * 1024
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    board_url: str
+    board_token: str = field(repr=False)
+    host: str = "127.0.0.1"
+    port: int = 0
+    hello_timeout: float = hp.HELLO_TIMEOUT
+    heartbeat_interval: float = hp.HEARTBEAT_INTERVAL
+    #: Seconds with no clients and no registrations before the hub exits; 0 never.
+    idle_exit: float = hp.IDLE_EXIT
+    ring_size: int = hp.RING_SIZE
+    max_line: int = MAX_LINE
+    max_pending: int = MAX_PENDING
+    reconnect_min: float = hp.RECONNECT_MIN
+    reconnect_max: float = hp.RECONNECT_MAX
+    board_read_timeout: float = READ_TIMEOUT
+    #: How long start-up waits for a first answer from the board before serving anyway.
+    first_contact_timeout: float = 5.0
+
+
+class Hub:
+    def __init__(self, settings: HubSettings, *, token: str | None = None) -> None:
+        self.settings = settings
+        self.board_url = hp.resolve_board_url(settings.board_url)
+        #: The hub's own per-process token, published in the pointer (never the board token).
+        self.token = token or "th_" + secrets.token_hex(24)
+        self.ring = Ring(settings.ring_size)
+        self.board_id: str | None = None
+        #: The newest board revision seen; None until the board first answers.
+        self.revision: int | None = None
+        self.registrations = Registrations()
+        self.connections: set[Connection] = set()
+        self.followers: set[Connection] = set()
+        self.port = 0
+        self.started_at = time.time()
+        self.stopped = asyncio.Event()
+        self._stopping = False
+        self._server: asyncio.Server | None = None
+        self._link = BoardLink(
+            settings.board_url,
+            settings.board_token,
+            self,
+            reconnect_min=settings.reconnect_min,
+            reconnect_max=settings.reconnect_max,
+            read_timeout=settings.board_read_timeout,
+        )
+        self._link_task: asyncio.Task[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def clients(self) -> int:
+        """Sessions that said hello (what ``pong.clients`` counts)."""
+        return sum(1 for connection in self.connections if connection.session.greeted)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> int:
+        """Listen, reach for the board, and return the port."""
+        self._server = await asyncio.start_server(
+            self._accept, self.settings.host, self.settings.port, limit=self.settings.max_line + 2
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._link_task = asyncio.create_task(self._link.run(), name="board-link")
+        self._link_task.add_done_callback(self._link_ended)
+        try:
+            await asyncio.wait_for(self._link.first_attempt.wait(), self.settings.first_contact_timeout)
+        except TimeoutError:
+            pass  # serve anyway: followers wait for the board with us
+        self._arm_idle_exit()
+        log.info("hub_listening", port=self.port, board=self.board_url, board_id=self.board_id, revision=self.revision)
+        return self.port
+
+    async def stop(self, reason: str = "hub_stopping") -> None:
+        """Say ``shutdown`` to every session, close them, and let go of the board."""
+        if self._stopping:
+            await self.stopped.wait()
+            return
+        self._stopping = True
+        log.info("hub_stopping", reason=reason, clients=len(self.connections))
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            connection.shutdown(reason)
+        tasks = [c.task for c in self.connections if c.task is not None]
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE)
+            for connection in list(self.connections):
+                connection.abort()
+            if pending:
+                await asyncio.wait(pending, timeout=SHUTDOWN_GRACE)
+        if self._link_task is not None:
+            self._link_task.cancel()
+            await asyncio.gather(self._link_task, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+        self.stopped.set()
+        log.info("hub_stopped")
+
+    def _link_ended(self, task: asyncio.Task[None]) -> None:
+        """The link loop never returns on its own; if it does, the hub is deaf, so it stops loudly."""
+        if self._stopping or task.cancelled():
+            return
+        log.error("board_link_ended", error=repr(task.exception()))
+        asyncio.ensure_future(self.stop("board_link_ended"))
+
+    def _arm_idle_exit(self) -> None:
+        """Exit after ``idle_exit`` seconds with no connection and no registration (SPEC §7.1)."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if self.settings.idle_exit <= 0 or self._stopping or self.connections or self.registrations.count():
+            return
+        self._idle_timer = asyncio.get_running_loop().call_later(self.settings.idle_exit, self._idle_exit)
+
+    def _idle_exit(self) -> None:
+        self._idle_timer = None
+        if not self.connections and not self.registrations.count() and not self._stopping:
+            log.info("hub_idle_exit", idle_exit=self.settings.idle_exit)
+            asyncio.create_task(self.stop("idle"))
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._stopping:
+            writer.close()
+            return
+        connection = Connection(self, reader, writer)
+        self.connections.add(connection)
+        self._arm_idle_exit()
+        try:
+            await connection.run()
+        finally:
+            self.connections.discard(connection)
+            self.followers.discard(connection)
+            self._arm_idle_exit()
+
+    def welcome(self) -> dict[str, Any]:
+        return hp.welcome(board_url=self.board_url, board_id=self.board_id, revision=self.revision)
+
+    def pong(self) -> dict[str, Any]:
+        return hp.pong(revision=self.revision, clients=self.clients, registrations=self.registrations.count())
+
+    def start_follow(self, connection: Connection, after: int | None, idle_ms: int) -> None:
+        """Open a follow stream: replay from the ring when it covers ``after``, else live."""
+        connection.begin_follow(idle_ms)
+        head = self.revision
+        if after is None or head is None:
+            # Live; before the board first answers, ``after`` is checked at first contact.
+            connection.cursor = after if head is None else head
+            connection.send(hp.open_(revision=head, replay="live"))
+        elif after > head:
+            connection.send(hp.open_(revision=head, replay="live"))
+            connection.send(hp.reset(reason=hp.RESET_CURSOR_AHEAD, revision=head))
+            connection.cursor = head
+        elif self.ring.covers(after):
+            connection.send(hp.open_(revision=head, replay="ring"))
+            connection.cursor = after
+            connection.lagging = True  # the writer copies the ring, then joins the live fan-out
+        else:
+            connection.send(hp.open_(revision=head, replay="live"))
+            connection.send(hp.reset(reason=hp.RESET_RING, revision=head))
+            connection.cursor = head
+        self.followers.add(connection)
+
+    # -- the board link's sink ----------------------------------------------------------------
+
+    def board_contact(self, board_id: str, head: int) -> None:
+        self.board_id, self.revision = board_id, head
+        self.ring.restart(head)
+        for connection in self.followers:
+            cursor = connection.cursor
+            if cursor is not None and cursor != head:
+                # Followers that asked before the board answered: a gap we cannot replay.
+                reason = hp.RESET_CURSOR_AHEAD if cursor > head else hp.RESET_RING
+                connection.push_reset(reason, head)
+            connection.cursor = head
+
+    def board_reset(self, reason: str, board_id: str, head: int) -> None:
+        self.board_id, self.revision = board_id, head
+        self.ring.restart(head)
+        for connection in self.followers:
+            connection.push_reset(reason, head)
+
+    def board_event(self, revision: int, activity: dict[str, Any]) -> None:
+        line = encode_line(hp.event(revision=revision, activity=activity))
+        self.revision = revision
+        self.ring.append(revision, line)
+        for connection in self.followers:
+            connection.push_event(revision, line)
+
+    def board_cursor(self, revision: int) -> None:
+        self.revision = revision
+
+    def board_streaming(self, connects: int) -> None:
+        if connects > 1:
+            self.registrations.board_reconnected()
+
+
+class Connection:
+    """One local session: a reader task feeds the protocol; a writer task owns the socket.
+
+    The writer ends every session: after a fatal error, ``idle``, ``shutdown``, the peer's
+    ``eof``, or a failed write. The reader only feeds the protocol; a follow stream outlives the
+    peer's half-close (``nc -N``).
+    """
+
+    def __init__(self, hub: Hub, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.hub = hub
+        self.reader = reader
+        self.writer = writer
+        self.session = Session(hub.token, max_line=hub.settings.max_line)
+        self.outbox: deque[bytes] = deque()
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.closing = False
+        self._linger = False
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._close_deadline: asyncio.TimerHandle | None = None
+        self._writer_parked = False
+        # Follow state.
+        self.following = False
+        self.cursor: int | None = None
+        self.lagging = False
+        self.idle_ms = 0
+        self.last_event_at = self._loop.time()
+        self.last_write_at = self._loop.time()
+        self._dispatch: dict[str, Callable[[dict[str, Any]], None]] = {
+            "hello": lambda fields: self.send(hub.welcome()),
+            "ping": lambda fields: self.send(hub.pong()),
+            "follow": lambda fields: hub.start_follow(self, fields["after"], fields["idle_ms"]),
+        }
+
+    async def run(self) -> None:
+        self.task = asyncio.current_task()
+        reader_task = asyncio.create_task(self._read_loop())
+        try:
+            await self._write_loop()
+        finally:
+            if not reader_task.done():
+                reader_task.cancel()
+            await asyncio.gather(reader_task, return_exceptions=True)
+            for timer in (self._timer, self._close_deadline):
+                if timer is not None:
+                    timer.cancel()
+            if self._linger and not self.writer.transport.is_closing():
+                await self._lingering_close()
+            self.writer.close()
+
+    async def _lingering_close(self) -> None:
+        """After a fatal error, half-close and drain what the peer still sends before closing.
+
+        Closing with unread input makes the kernel answer with RST, which can destroy the error
+        line we just wrote before the peer reads it (RFC 9112 §9.6 describes the same for HTTP).
+        """
+        try:
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+            async with asyncio.timeout(LINGER):
+                drained = 0
+                while drained < LINGER_BYTES and (chunk := await self.reader.read(READ_CHUNK)):
+                    drained += len(chunk)
+        except (TimeoutError, ConnectionError, OSError):
+            pass
+
+    async def _read_loop(self) -> None:
+        hello_deadline = self._loop.time() + self.hub.settings.hello_timeout
+        try:
+            while not self.session.closed:
+                timeout = None if self.session.greeted else max(0.0, hello_deadline - self._loop.time())
+                try:
+                    chunk = await asyncio.wait_for(self.reader.read(READ_CHUNK), timeout)
+                except TimeoutError:
+                    self._act(self.session.hello_timed_out())
+                    continue
+                if not chunk:
+                    self._act(self.session.feed_eof())
+                    return  # a follow stream goes on until idle, shutdown or a failed write
+                self._act(self.session.feed(chunk))
+        except (ConnectionError, OSError):
+            self.abort()
+
+    def _act(self, actions: list[Send | Request | Close]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                self.send(action.message)
+            elif isinstance(action, Request):
+                self._dispatch[action.type](action.fields)
+            else:
+                self._linger = action.reason in hp.FATAL_ERRORS
+                self.close_after_flush()
+
+    # -- the writer side ----------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._queue(encode_line(message))
+
+    def _queue(self, line: bytes) -> None:
+        if self.closing:
+            return
+        self.outbox.append(line)
+        self.wake.set()
+
+    def close_after_flush(self) -> None:
+        """Write what is queued, then close; a peer that will not take it is cut off after a grace."""
+        if self._close_deadline is None and not self.writer.transport.is_closing():
+            self._close_deadline = self._loop.call_later(SHUTDOWN_GRACE, self.abort)
+        self.closing = True
+        self.wake.set()
+
+    def abort(self) -> None:
+        """Drop the connection now (a peer that is gone or will not read)."""
+        self.closing = True
+        self._linger = False
+        self.outbox.clear()
+        self.lagging = False
+        self.writer.transport.abort()
+        self.wake.set()
+
+    def shutdown(self, reason: str) -> None:
+        if self.session.greeted and not self.closing:
+            # Unsent events are moot: the follower resumes by its cursor from the next hub.
+            self.outbox.clear()
+            self.lagging = False
+            self.send(hp.shutdown(reason=reason))
+        self.close_after_flush()
+
+    def begin_follow(self, idle_ms: int) -> None:
+        self.following = True
+        self.idle_ms = idle_ms
+        self.last_event_at = self._loop.time()
+        self._arm_timer()
+
+    def push_event(self, revision: int, line: bytes) -> None:
+        """A live event from the fan-out; a full outbox makes this follower catch up from the ring."""
+        if self.closing:
+            return
+        self.last_event_at = self._loop.time()  # a record is coming, now or through the ring
+        if self.lagging:
+            return
+        if len(self.outbox) >= self.hub.settings.max_pending:
+            self.lagging = True
+            log.info("follower_lagging", cursor=self.cursor, pending=len(self.outbox))
+            return
+        self.cursor = revision
+        transport = self.writer.transport
+        if self._writer_parked and transport.get_write_buffer_size() < WRITE_HIGH_WATER and not transport.is_closing():
+            # Fast path: the writer task is parked with nothing queued and the socket keeps up,
+            # so this synchronous write is still the only one in flight (no task wake-up per
+            # follower per event). Anything else goes through the outbox and drain().
+            transport.write(line)
+            self.last_write_at = self._loop.time()
+            return
+        self._queue(line)
+
+    def push_reset(self, reason: str, revision: int) -> None:
+        """The cursor is void: tell the follower, continue live from ``revision``.
+
+        Events already queued stay: they are real and come before the reset in the stream.
+        """
+        if self.closing:
+            return
+        self.lagging = False
+        self.cursor = revision
+        self.send(hp.reset(reason=reason, revision=revision))
+
+    def _catch_up(self) -> None:
+        """Refill the outbox from the ring by this follower's cursor, or rejoin the live fan-out."""
+        frames = self.hub.ring.since(self.cursor, CATCH_UP_BATCH) if self.cursor is not None else None
+        if frames is None:
+            self.lagging = False
+            head = self.hub.revision
+            log.info("follower_reset", reason=hp.RESET_RING, cursor=self.cursor, revision=head)
+            self.cursor = head
+            self.send(hp.reset(reason=hp.RESET_RING, revision=head))
+        elif not frames:
+            self.lagging = False  # caught up: from now on the fan-out feeds the outbox
+        else:
+            self.cursor = frames[-1][0]
+            self.outbox.extend(line for _, line in frames)
+
+    async def _write_loop(self) -> None:
+        try:
+            await self._write_until_closed()
+        except (ConnectionError, OSError):
+            self.abort()
+        finally:
+            self.hub.followers.discard(self)
+
+    async def _write_until_closed(self) -> None:
+        writer = self.writer
+        while True:
+            if self.lagging and not self.outbox and not self.closing:
+                self._catch_up()
+            if self.outbox:
+                lines = list(self.outbox)
+                self.outbox.clear()
+                writer.writelines(lines)
+                self.last_write_at = self._loop.time()
+                await writer.drain()
+                continue
+            if self.closing:
+                if not writer.transport.is_closing():
+                    await writer.drain()
+                return
+            if self.lagging:
+                continue
+            self.wake.clear()
+            self._writer_parked = True
+            try:
+                await self.wake.wait()
+            finally:
+                self._writer_parked = False
+
+    # -- heartbeat and idle: one lazy timer, re-armed when it fires, O(1) per event ------------
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        now = self._loop.time()
+        heartbeat_due = self.last_write_at + self.hub.settings.heartbeat_interval
+        if heartbeat_due <= now:
+            # A heartbeat was due but the writer was busy or blocked: look again one interval on.
+            heartbeat_due = now + self.hub.settings.heartbeat_interval
+        due = heartbeat_due
+        if self.idle_ms:
+            due = min(due, self.last_event_at + self.idle_ms / 1000)
+        self._timer = self._loop.call_at(due, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.closing:
+            return
+        now = self._loop.time()
+        if self.idle_ms and now >= self.last_event_at + self.idle_ms / 1000:
+            self.send(hp.idle(idle_ms=self.idle_ms))
+            self.close_after_flush()
+            return
+        if now >= self.last_write_at + self.hub.settings.heartbeat_interval and not self.outbox and not self.lagging:
+            # Nothing queued and not lagging: every event up to the hub's revision is written.
+            if self.hub.revision is not None:
+                self.cursor = self.hub.revision
+            self.send(hp.heartbeat(revision=self.cursor))
+            self.last_write_at = now  # the line is queued; do not heartbeat again before it leaves
+        self._arm_timer()

@@ -1,0 +1,416 @@
+"""The loop subscriber's event loop: follow the hub → classify → coalesce → run a continue turn.
+
+Phases: publish ``starting`` → follow the hub and drive turns until SIGTERM/SIGINT → stop
+following, let a running turn finish (``stop_grace``; a second signal abandons it at once) →
+publish ``stopped`` → exit 0.
+
+The hub is reached through ``OpenStream``: a callable that opens one connection resuming after a
+revision and yields its records (``open``, ``event``, ``heartbeat``, ``reset``, ``idle``,
+``shutdown``, ``eof``, ``error``; docs/hub-protocol.md) until that connection ends. This module
+owns everything around it: its own 1 s → 30 s reconnect ladder (reset by each ``open``), the
+cursor it resumes from, and a silence timeout (the hub heartbeats every 15 s; three missed
+heartbeats and the connection is presumed dead). It imports no other service (SPEC §2): taskctl
+hands it a stream built on the hub client.
+
+It never writes board state: its only output is the ``--on-wake`` command and its state file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Final, TextIO
+
+import structlog
+
+from shared import hub_protocol as hp
+
+from . import coalesce
+from .classify import LoopIdentity, UnknownNames, classify
+from .coalesce import Coalescer, Turn
+from .state import RECONNECTING, STARTING, STOPPED, STREAMING, Publisher, utc_now
+from .turns import RAN, REFUSED, TurnResult, TurnRunner
+
+#: The signals that stop the subscriber; a second one abandons a running turn.
+HANDLED_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+#: The local reconnect ladder to the hub, seconds (SPEC §9: 1 s doubling to 30 s).
+RECONNECT_MIN: Final = hp.RECONNECT_MIN
+RECONNECT_MAX: Final = hp.RECONNECT_MAX
+#: With no record at all for this long the hub connection is presumed dead (3 heartbeats).
+SILENCE_TIMEOUT: Final = 3 * hp.HEARTBEAT_INTERVAL
+#: The state file is rewritten at most this often for cursor moves; state changes go out at once.
+STATE_FLUSH: Final = 1.0
+#: How long a stopping subscriber lets a running turn finish before it terminates it, seconds.
+STOP_GRACE: Final = 10.0
+#: The pseudo event name a ``reset`` record puts in ``TASKLOOM_WAKE_EVENTS``: rescan everything.
+RESET_WAKE: Final = "reset"
+
+Record = dict[str, Any]
+#: Opens one hub connection that resumes after the given revision (None: live from the head).
+OpenStream = Callable[[int | None], AsyncIterator[Record]]
+
+log = structlog.get_logger("taskloom.subscriber")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Every interval the subscriber uses, in seconds; tests and the bench shorten them."""
+
+    debounce: float = coalesce.DEBOUNCE
+    max_wait: float = coalesce.MAX_WAIT
+    min_interval: float = coalesce.MIN_INTERVAL
+    lock_retry: float = coalesce.LOCK_RETRY
+    reconnect_min: float = RECONNECT_MIN
+    reconnect_max: float = RECONNECT_MAX
+    silence_timeout: float = SILENCE_TIMEOUT
+    state_flush: float = STATE_FLUSH
+    stop_grace: float = STOP_GRACE
+
+    def __post_init__(self) -> None:
+        for name in self.__dataclass_fields__:
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if self.reconnect_max < self.reconnect_min:
+            raise ValueError("reconnect_max must not be below reconnect_min")
+        for name in ("reconnect_min", "silence_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+
+
+class _ConnectionEnded(Exception):
+    """The hub ended this connection on purpose (``shutdown``, ``idle``, ``eof``, ``error``)."""
+
+    def __init__(self, reason: str, *, at_once: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.at_once = at_once
+
+
+class Subscriber:
+    def __init__(
+        self,
+        open_stream: OpenStream,
+        who: LoopIdentity,
+        turns: TurnRunner,
+        publisher: Publisher,
+        *,
+        timing: Timing = Timing(),
+        after: int | None = None,
+    ) -> None:
+        self._open = open_stream
+        self.who = who
+        self.turns = turns
+        self.publisher = publisher
+        self.timing = timing
+        #: The last revision seen; the next connection resumes after it.
+        self.cursor = after
+        self.coalescer = Coalescer(
+            debounce=timing.debounce,
+            max_wait=timing.max_wait,
+            min_interval=timing.min_interval,
+            lock_retry=timing.lock_retry,
+        )
+        self.unknown = UnknownNames()
+        self.counts = {"ran": 0, "refused": 0, "skipped": 0}
+        self.reconnects = 0
+        self._changed = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._abandon = asyncio.Event()
+        self._turn_idle = asyncio.Event()
+        self._turn_idle.set()
+        self._opened = False
+        #: We started live while the hub had not reached the board: writes made before it did
+        #: may never reach us, so the first known revision brings one rescan wake.
+        self._blind_start = False
+        #: The cursor from before the oldest wake not yet served by a turn: a stop with a wake
+        #: pending publishes this, so a restart replays that wake instead of losing it.
+        self._floor: int | None = None
+        self._clock = asyncio.get_running_loop().time
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop following; a running turn may finish (up to ``stop_grace``)."""
+        self._stop.set()
+
+    def abandon(self) -> None:
+        """Stop now: a running turn is terminated instead of awaited."""
+        self._stop.set()
+        self._abandon.set()
+
+    async def run_until_signalled(self) -> int:
+        """``run`` with SIGINT/SIGTERM wired: the first stops cleanly, the second abandons."""
+        loop = asyncio.get_running_loop()
+        seen = 0
+
+        def on_signal(sig: signal.Signals) -> None:
+            nonlocal seen
+            seen += 1
+            log.info("signal_received", signal=sig.name, abandon=seen > 1)
+            self.abandon() if seen > 1 else self.request_stop()
+
+        installed = []
+        for sig in HANDLED_SIGNALS:
+            try:
+                loop.add_signal_handler(sig, on_signal, sig)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - no signals here
+                pass
+        try:
+            return await self.run()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    async def run(self) -> int:
+        """Follow and drive turns until ``request_stop``; 0 on a clean stop, 1 if a part failed."""
+        self.publisher.set_state(STARTING, revision=self.cursor, started_at=utc_now(), pending=False,
+                                 turns=dict(self.counts), reconnects=0, last_wake_at=None, last_turn=None)
+        log.info("subscriber_starting", agents=sorted(self.who.agents), director=self.who.director, after=self.cursor)
+        follower = asyncio.create_task(self._follow(), name="follow-hub")
+        driver = asyncio.create_task(self._drive(), name="drive-turns")
+        flusher = asyncio.create_task(self._flush_periodically(), name="flush-state")
+        stopper = asyncio.create_task(self._stop.wait(), name="stop")
+        code = 0
+        try:
+            done, _ = await asyncio.wait({follower, driver, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done - {stopper}:
+                if not task.cancelled() and task.exception() is not None:
+                    log.error("subscriber_failed", part=task.get_name(), exc_info=task.exception())
+                    code = 1
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+            await self._finish_turn()
+            for task in (driver, flusher, stopper):
+                task.cancel()
+            await asyncio.gather(driver, flusher, stopper, return_exceptions=True)
+            resume = self.cursor
+            if self.coalescer.pending and self._floor is not None:
+                resume = min(self._floor, self.cursor if self.cursor is not None else self._floor)
+                log.info("pending_wake_kept", resume_after=resume, reason="stopping")
+            self.publisher.set_state(STOPPED, revision=resume, pending=self.coalescer.pending, stopped_at=utc_now())
+            log.info("subscriber_stopped", revision=resume, turns=self.counts)
+        return code
+
+    async def _finish_turn(self) -> None:
+        """Let a running turn end within ``stop_grace``, or at once on ``abandon``; then stop it."""
+        if self._turn_idle.is_set():
+            return
+        log.info("turn_finishing", grace=self.timing.stop_grace, abandon=self._abandon.is_set())
+        idle = asyncio.create_task(self._turn_idle.wait())
+        abandon = asyncio.create_task(self._abandon.wait())
+        try:
+            await asyncio.wait({idle, abandon}, timeout=self.timing.stop_grace, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            idle.cancel()
+            abandon.cancel()
+        if not self._turn_idle.is_set():
+            log.warning("turn_abandoned", reason="stopping")
+            await self.turns.stop()
+
+    # -- following the hub --------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        ladder = self.timing.reconnect_min  # the wait before the next attempt after a failure
+        while True:
+            self._opened = False
+            at_once = False
+            try:
+                await self._one_connection()
+                reason = "closed"
+            except _ConnectionEnded as ended:
+                reason, at_once = ended.reason, ended.at_once
+            except Exception as exc:  # noqa: BLE001 - the hub client raises its own kinds; all mean "try again"
+                reason = f"{type(exc).__name__}: {exc}"
+            if self._opened:
+                ladder = self.timing.reconnect_min  # a good connection starts the ladder over
+            if self._opened and at_once:
+                # The hub said goodbye on purpose (an upgrade's `events hub --stop`): replace it now.
+                wait = 0.0
+            else:
+                wait, ladder = ladder, min(ladder * 2, self.timing.reconnect_max)
+            self.reconnects += 1
+            self.publisher.set_state(RECONNECTING, revision=self.cursor, reconnects=self.reconnects,
+                                     last_problem=reason, retry_in=wait)
+            log.warning("hub_connection_lost", reason=reason, retry_in=wait, revision=self.cursor)
+            if wait:
+                await asyncio.sleep(wait)
+
+    async def _one_connection(self) -> None:
+        stream = self._open(self.cursor)
+        try:
+            while True:
+                try:
+                    record = await asyncio.wait_for(anext(stream), self.timing.silence_timeout)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    # Not a record in three heartbeats: a hung hub or a half-open socket.
+                    raise _ConnectionEnded(f"silent for {self.timing.silence_timeout:g} s") from None
+                if isinstance(record, dict):
+                    self._handle(record)
+        finally:
+            await stream.aclose()
+
+    def _handle(self, record: Record) -> None:
+        kind = record.get("type")
+        revision = record.get("revision")
+        if isinstance(revision, bool) or not isinstance(revision, int):
+            revision = None
+        if kind == "open":
+            self._opened = True
+            if self.cursor is None and revision is not None:
+                self._advance(revision)  # a live start: everything after the head is new to us
+            elif self.cursor is None:
+                self._blind_start = True
+            self.publisher.set_state(STREAMING, revision=self.cursor, retry_in=None)
+            log.info("hub_open", revision=revision, replay=record.get("replay"), after=self.cursor)
+        elif kind == "event":
+            activity = record.get("activity")
+            if isinstance(activity, dict):
+                self._classify(activity, revision if revision is not None else self.cursor or 0)
+            # Only after the event is dealt with: a resumed connection must not skip it.
+            if revision is not None:
+                self._advance(revision)
+        elif kind == "heartbeat":
+            if revision is not None:
+                self._advance(revision)
+        elif kind == "reset":
+            # The hub could not replay the gap (ring too short, another board): rescan = one wake.
+            self._blind_start = False  # this wake is the rescan
+            log.warning("hub_reset", reason=record.get("reason"), revision=revision)
+            self._add_wake(revision if revision is not None else self.cursor or 0, RESET_WAKE)
+            if revision is not None:
+                self.cursor = revision
+                self.publisher.update(revision=revision)
+        elif kind == "shutdown":
+            raise _ConnectionEnded(f"hub shutdown ({record.get('reason')})", at_once=True)
+        elif kind == "idle":
+            raise _ConnectionEnded("hub idle")
+        elif kind == "eof":
+            raise _ConnectionEnded("hub eof")
+        elif kind == "error":
+            raise _ConnectionEnded(f"hub error {record.get('code')}: {record.get('message')}")
+        # Anything else is a newer hub's record: ignored, like unknown event names.
+
+    def _advance(self, revision: int) -> None:
+        if self._blind_start:
+            self._blind_start = False
+            log.info("head_learned_late", revision=revision)
+            self._add_wake(revision, RESET_WAKE)
+        if self.cursor is None or revision > self.cursor:
+            self.cursor = revision
+            self.publisher.update(revision=revision)
+
+    def _classify(self, activity: Record, revision: int) -> None:
+        name = activity.get("event")
+        decision = classify(activity, self.who)
+        if decision.reason == "unknown":
+            if isinstance(name, str) and self.unknown.first_sighting(name):
+                log.warning("unknown_event_ignored", name=name, revision=revision)
+            return
+        if not decision.wake:
+            log.debug("event_ignored", name=name, revision=revision, reason=decision.reason,
+                      actor=activity.get("actor_id"))
+            return
+        log.info("wake", name=name, revision=revision, reason=decision.reason,
+                 actor_kind=activity.get("actor_kind"), actor=activity.get("actor_id"))
+        self._add_wake(revision, str(name))
+
+    def _add_wake(self, revision: int, name: str) -> None:
+        """Queue a wake; called before the cursor moves past ``revision``."""
+        if self.cursor is not None:
+            self._floor = self.cursor if self._floor is None else min(self._floor, self.cursor)
+        self.coalescer.add(self._clock(), revision, name)
+        self.publisher.update(pending=True)
+        self._changed.set()
+
+    # -- turns --------------------------------------------------------------------------------
+
+    async def _drive(self) -> None:
+        while not self._stop.is_set():
+            self._changed.clear()
+            now = self._clock()
+            due = self.coalescer.due(now)
+            if due is None or due > now:
+                try:
+                    await asyncio.wait_for(self._changed.wait(), None if due is None else due - now)
+                except TimeoutError:
+                    pass
+                continue
+            turn = self.coalescer.take(now)
+            if turn is None:
+                continue
+            self._turn_idle.clear()
+            try:
+                result = await self.turns.run(turn, on_start=self._turn_started)
+            finally:
+                self._turn_idle.set()
+            self._turn_done(turn, result)
+
+    def _turn_started(self, turn: Turn, started: float) -> None:
+        log.info("turn_started", revision=turn.revision, events=list(turn.events))
+        self.publisher.update(last_wake_at=utc_now(), turn_running=True, pending=self.coalescer.pending)
+        self.publisher.flush()
+
+    def _turn_done(self, turn: Turn, result: TurnResult) -> None:
+        now = self._clock()
+        self.counts[result.outcome] += 1
+        if result.outcome == RAN:
+            self.coalescer.turn_ran(result.started if result.started is not None else now)
+            (log.info if result.exit_code == 0 else log.warning)(
+                "turn_ran", revision=turn.revision, events=list(turn.events), exit_code=result.exit_code,
+                seconds=round(result.seconds or 0.0, 3), detail=result.reason,
+            )
+        elif result.outcome == REFUSED:
+            self.coalescer.turn_refused(now, turn)
+            log.info("turn_refused", revision=turn.revision, reason=result.reason, retry_in=self.timing.lock_retry)
+        else:
+            self.coalescer.turn_skipped(now, turn)
+            log.info("turn_skipped", revision=turn.revision, events=list(turn.events), reason=result.reason)
+        if not self.coalescer.pending:
+            self._floor = None  # every queued wake has had its turn (or was skipped for want of a pool)
+        self.publisher.update(
+            turns=dict(self.counts),
+            turn_running=False,
+            pending=self.coalescer.pending,
+            last_turn={
+                "revision": turn.revision,
+                "events": list(turn.events),
+                "outcome": result.outcome,
+                "reason": result.reason,
+                "exit_code": result.exit_code,
+                "at": utc_now(),
+            },
+        )
+        self.publisher.flush()
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.timing.state_flush)
+            self.publisher.flush()
+
+
+def configure_logging(stream: TextIO = sys.stderr, *, level: int = logging.INFO) -> None:
+    """structlog JSON lines when ``stream`` is not a TTY (journald friendly), console lines on one."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    renderer: Any = structlog.dev.ConsoleRenderer(colors=False) if tty else structlog.processors.JSONRenderer()
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(stream),
+        cache_logger_on_first_use=False,
+    )

@@ -1,0 +1,139 @@
+"""``subscribe.state.json``: what the subscriber publishes about itself, and reading it back.
+
+One JSON object, replaced atomically (temp file, fsync, rename) so a reader never sees half of
+it. ``taskctl loop status`` reads it and trusts ``state`` only while ``pid`` is alive: a process
+killed with SIGKILL cannot write ``stopped``, so a dead pid means ``not running`` whatever the
+file says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from shared.timestamps import format_timestamp
+
+STATE_FILE: Final = "subscribe.state.json"
+STATE_VERSION: Final = 1
+
+#: ``state`` values. The first three are SPEC §9's; ``stopped`` is the clean exit's last word.
+STARTING: Final = "starting"
+STREAMING: Final = "streaming"
+RECONNECTING: Final = "reconnecting"
+STOPPED: Final = "stopped"
+STATES: Final = frozenset({STARTING, STREAMING, RECONNECTING, STOPPED})
+NOT_RUNNING: Final = "not running"
+
+
+def utc_now() -> str:
+    return format_timestamp(datetime.now(UTC))
+
+
+def state_path(state_dir: Path) -> Path:
+    return state_dir / STATE_FILE
+
+
+def write_state(path: Path, record: dict[str, Any]) -> None:
+    """Replace ``path`` with ``record`` as one JSON object, atomically, owner-only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+
+
+def read_state(path: Path) -> dict[str, Any] | None:
+    """The published record, or None when the file is missing or unreadable."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def pid_alive(pid: Any) -> bool:
+    """Whether ``pid`` names a running process (a zombie counts as dead)."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    except OSError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs (macOS): kill(0) is the best answer there is
+    # The state letter follows the parenthesised command name, which may itself hold spaces.
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What ``taskctl loop status`` reports: the state word, and the record it came from."""
+
+    running: bool
+    state: str
+    record: dict[str, Any] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"running": self.running, "state": self.state, **({"record": self.record} if self.record else {})}
+
+
+def status(state_dir: Path) -> Status:
+    """``starting``/``streaming``/``reconnecting`` while the publishing pid lives, else ``not running``."""
+    record = read_state(state_path(state_dir))
+    if record is None:
+        return Status(False, NOT_RUNNING, None)
+    state = record.get("state")
+    if state not in STATES or state == STOPPED or not pid_alive(record.get("pid")):
+        return Status(False, NOT_RUNNING, record)
+    return Status(True, str(state), record)
+
+
+class Publisher:
+    """Holds the subscriber's record and writes it: at once on a state change, else at most every
+    ``flush_interval`` seconds (the cursor moves with every event; a disk write each time is waste).
+    """
+
+    def __init__(self, path: Path, record: dict[str, Any], *, flush_interval: float) -> None:
+        self.path = path
+        self.record: dict[str, Any] = {"version": STATE_VERSION, "pid": os.getpid(), **record}
+        self.flush_interval = flush_interval
+        self._dirty = False
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def update(self, **fields: Any) -> None:
+        """Change fields; the next ``flush`` writes them."""
+        for name, value in fields.items():
+            if name not in self.record or self.record[name] != value:
+                self.record[name] = value
+                self._dirty = True
+
+    def set_state(self, state: str, **fields: Any) -> None:
+        """Change the state word and write now: a watcher waits for exactly these moments."""
+        if state not in STATES:
+            raise ValueError(f"unknown subscriber state {state!r}")
+        self.update(state=state, **fields)
+        self.flush(force=True)
+
+    def flush(self, *, force: bool = False) -> None:
+        if not (self._dirty or force):
+            return
+        self.record["updated_at"] = utc_now()
+        write_state(self.path, self.record)
+        self._dirty = False

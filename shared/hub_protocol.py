@@ -1,0 +1,174 @@
+"""The hub's local NDJSON protocol (SPEC §7.3): its generation, limits, message constructors, key.
+
+Pure: no sockets, no asyncio. The hub (``services/hub``) and every client (``taskctl``, the loop
+subscriber) build and read the same messages through this module, so the wire has one spelling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+#: The protocol generation. A peer of another generation is refused, never half-understood;
+#: a client that finds a hub of another generation replaces it (SPEC §7.1).
+HUB_PROTOCOL: Final = 1
+
+#: Version of the ``hub-<key>.json`` pointer record.
+POINTER_VERSION: Final = 1
+
+#: A session must say ``hello`` this soon after connecting, seconds.
+HELLO_TIMEOUT: Final = 10.0
+#: A follow stream with nothing else to say writes a ``heartbeat`` this often, seconds.
+HEARTBEAT_INTERVAL: Final = 15.0
+#: A follow stream with no ``event`` for this long writes ``idle`` and ends (0 disables), ms.
+DEFAULT_IDLE_MS: Final = 45_000
+#: Event frames the hub keeps for replay to a (re)connecting follower.
+RING_SIZE: Final = 4096
+#: The hub exits after this long with no clients and no registrations, seconds.
+IDLE_EXIT: Final = 300.0
+#: Reconnect ladder for the hub's board connection and for hub clients, seconds (SPEC §7.2).
+RECONNECT_MIN: Final = 1.0
+RECONNECT_MAX: Final = 30.0
+
+#: Every message type a client may send after ``welcome``. ``watch``/``watch-status``/``watch-stop``
+#: belong to card-brief registrations (SPEC §7.4) and are answered once that piece lands.
+CLIENT_REQUESTS: Final = frozenset({"follow", "ping", "watch", "watch-status", "watch-stop"})
+
+#: ``reset.reason`` values: why a follower must rescan state instead of trusting its cursor.
+RESET_RING: Final = "ring"  # the cursor is older than the replay ring (or fell behind it)
+RESET_CURSOR_AHEAD: Final = "cursor_ahead"  # the cursor is newer than anything the hub has seen
+RESET_BOARD_CHANGED: Final = "board_changed"  # /meta names another board_id than before
+RESET_BOARD_CURSOR_AHEAD: Final = "board_cursor_ahead"  # the board answered 400 CURSOR_AHEAD
+RESET_BOARD_CURSOR_EXPIRED: Final = "board_cursor_expired"  # the board answered 410 CURSOR_EXPIRED
+RESET_REASONS: Final = frozenset(
+    {RESET_RING, RESET_CURSOR_AHEAD, RESET_BOARD_CHANGED, RESET_BOARD_CURSOR_AHEAD, RESET_BOARD_CURSOR_EXPIRED}
+)
+
+#: ``error.code`` values the hub sends; ``FATAL_ERRORS`` are followed by the hub closing the session.
+UNAUTHORIZED: Final = "UNAUTHORIZED"
+PROTOCOL_MISMATCH: Final = "PROTOCOL_MISMATCH"
+HELLO_REQUIRED: Final = "HELLO_REQUIRED"
+HELLO_TIMEOUT_CODE: Final = "HELLO_TIMEOUT"
+MALFORMED_LINE: Final = "MALFORMED_LINE"
+PAYLOAD_TOO_LARGE: Final = "PAYLOAD_TOO_LARGE"
+UNKNOWN_TYPE: Final = "UNKNOWN_TYPE"
+VALIDATION_FAILED: Final = "VALIDATION_FAILED"
+ALREADY_FOLLOWING: Final = "ALREADY_FOLLOWING"
+NOT_AVAILABLE: Final = "NOT_AVAILABLE"
+HUB_ERRORS: Final = frozenset(
+    {
+        UNAUTHORIZED,
+        PROTOCOL_MISMATCH,
+        HELLO_REQUIRED,
+        HELLO_TIMEOUT_CODE,
+        MALFORMED_LINE,
+        PAYLOAD_TOO_LARGE,
+        UNKNOWN_TYPE,
+        VALIDATION_FAILED,
+        ALREADY_FOLLOWING,
+        NOT_AVAILABLE,
+    }
+)
+FATAL_ERRORS: Final = frozenset(
+    {UNAUTHORIZED, PROTOCOL_MISMATCH, HELLO_REQUIRED, HELLO_TIMEOUT_CODE, MALFORMED_LINE, PAYLOAD_TOO_LARGE}
+)
+
+
+# -- identity ---------------------------------------------------------------------------------
+
+
+def token_fingerprint(token: str) -> str:
+    """A short, non-reversible name for a board token; the same rule as the board's."""
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def resolve_board_url(url: str) -> str:
+    """One spelling per board address: lower-case scheme and host, explicit port, no trailing ``/``."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not a board URL: {url!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme.lower()}://{host}:{port}{parts.path.rstrip('/')}"
+
+
+def hub_key(board_url: str, board_token: str) -> str:
+    """The hub's coordinate: a hash of the resolved board URL and the token's fingerprint.
+
+    A rotated token or a board on another address therefore finds a different hub (SPEC §7.1).
+    """
+    material = f"{resolve_board_url(board_url)}\n{token_fingerprint(board_token)}"
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+# -- messages ---------------------------------------------------------------------------------
+# One constructor per message; clients and the hub both use them, so a field is spelled once.
+
+
+def hello(token: str, *, protocol: int = HUB_PROTOCOL) -> dict[str, Any]:
+    return {"type": "hello", "protocol": protocol, "token": token}
+
+
+def welcome(*, board_url: str, board_id: str | None, revision: int | None) -> dict[str, Any]:
+    return {"type": "welcome", "protocol": HUB_PROTOCOL, "board": {"url": board_url, "board_id": board_id}, "revision": revision}
+
+
+def follow(*, after: int | None = None, idle_ms: int | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"type": "follow"}
+    if after is not None:
+        message["after"] = after
+    if idle_ms is not None:
+        message["idle_ms"] = idle_ms
+    return message
+
+
+def ping() -> dict[str, Any]:
+    return {"type": "ping"}
+
+
+def pong(*, revision: int | None, clients: int, registrations: int) -> dict[str, Any]:
+    return {"type": "pong", "revision": revision, "clients": clients, "registrations": registrations}
+
+
+def open_(*, revision: int | None, replay: str) -> dict[str, Any]:
+    if replay not in ("ring", "live"):
+        raise ValueError(f"replay must be ring or live, not {replay!r}")
+    return {"type": "open", "revision": revision, "replay": replay}
+
+
+def event(*, revision: int, activity: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "event", "revision": revision, "activity": activity}
+
+
+def heartbeat(*, revision: int | None) -> dict[str, Any]:
+    return {"type": "heartbeat", "revision": revision}
+
+
+def reset(*, reason: str, revision: int | None) -> dict[str, Any]:
+    if reason not in RESET_REASONS:
+        raise ValueError(f"undeclared reset reason {reason!r}")
+    return {"type": "reset", "reason": reason, "revision": revision}
+
+
+def idle(*, idle_ms: int) -> dict[str, Any]:
+    return {"type": "idle", "idle_ms": idle_ms}
+
+
+def shutdown(*, reason: str) -> dict[str, Any]:
+    return {"type": "shutdown", "reason": reason}
+
+
+def eof() -> dict[str, Any]:
+    return {"type": "eof"}
+
+
+def error(code: str, message: str, **details: Any) -> dict[str, Any]:
+    if code not in HUB_ERRORS:
+        raise ValueError(f"undeclared hub error code {code!r}")
+    body: dict[str, Any] = {"type": "error", "code": code, "message": message}
+    if details:
+        body["details"] = details
+    return body

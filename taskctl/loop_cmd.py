@@ -1,0 +1,485 @@
+"""``taskctl loop``: wake an agent supervisor when board work becomes actionable (SPEC §9, §13).
+
+``subscribe`` follows the local hub (never the board's HTTP API), classifies each event and runs
+``--on-wake CMD`` as a coalesced continue turn; it never writes board state. ``status`` reads the
+state file it publishes. ``install``/``uninstall`` write or remove the systemd user units or
+launchd agents that run the board, the subscriber and (optionally) the hub.
+
+Exit codes: ``subscribe`` 0 after SIGTERM/SIGINT, 1 when it cannot start (no token, another
+subscriber on the same state directory); ``status`` 0 running, 3 not running; 2 usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from services.subscriber import coalesce
+from shared import hub_protocol as hp
+
+from .command import command, current
+from .context import TaskctlError, default_data_dir, normalise_url
+
+#: Where the loop's files live unless ``--state-dir`` says otherwise: ``<data_dir>/loop``.
+STATE_DIR_ENV = "TASKLOOM_LOOP_STATE_DIR"
+#: Held for the subscriber's whole life: one subscriber per state directory.
+SUBSCRIBE_LOCK = "subscribe.lock"
+#: ``loop status`` exit code when nothing runs (LSB ``status`` uses 3 for "not running" too).
+EXIT_NOT_RUNNING = 3
+DEFAULT_PORT = 7431
+
+
+def default_state_dir() -> Path:
+    if os.environ.get(STATE_DIR_ENV):
+        return Path(os.environ[STATE_DIR_ENV])
+    return default_data_dir() / "loop"
+
+
+def _state_dir(value: Path | None) -> Path:
+    return (value if value is not None else default_state_dir()).expanduser().absolute()
+
+
+def _run(coro: Any) -> Any:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+@click.group("loop")
+def loop() -> None:
+    """Wake an agent supervisor when work is actionable (subscribe, status, install)."""
+
+
+# -- subscribe -----------------------------------------------------------------------------------
+
+STATE_DIR_OPTION = click.option(
+    "--state-dir", type=click.Path(file_okay=False, path_type=Path),
+    help=f"The loop's state directory (default: ${STATE_DIR_ENV}, else <data dir>/loop).",
+)
+
+
+def _interval(name: str, default: float, help_text: str, *, minimum: float = 0.0, strict: bool = False) -> Any:
+    return click.option(
+        f"--{name}", type=click.FloatRange(min=minimum, min_open=strict), default=default, show_default=True,
+        hidden=True, envvar=f"TASKLOOM_LOOP_{name.upper().replace('-', '_')}", help=help_text,
+    )
+
+
+def _agents(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    from services.subscriber.units import split_agents
+
+    names = split_agents(value)
+    if not names:
+        raise click.BadParameter("name at least one agent id (--agent NAME, repeatable)", ctx, param)
+    return names
+
+
+def _on_wake(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not value.strip():
+        raise click.BadParameter("the command must not be empty", ctx, param)
+    if "\0" in value:
+        raise click.BadParameter("the command must not hold a NUL byte", ctx, param)
+    return value
+
+
+def _director(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("the director id must not be empty", ctx, param)
+    return value.strip() if value else None
+
+
+@command(loop, "subscribe")
+@click.option("--agent", "agents", multiple=True, required=True, callback=_agents, metavar="NAME",
+              help="This loop's agent id (repeat, or a comma list); its own writes do not wake it.")
+@click.option("--director", callback=_director, metavar="NAME",
+              help="The decision lane's actor id: its only waking write is an in_progress → todo release.")
+@click.option("--on-wake", "on_wake", required=True, callback=_on_wake, metavar="CMD",
+              help="Shell command run as a continue turn, with TASKLOOM_WAKE_REVISION and TASKLOOM_WAKE_EVENTS set.")
+@STATE_DIR_OPTION
+@click.option("--no-start-hub", "start_hub", is_flag=True, default=True, flag_value=False,
+              help="Wait for a hub someone else runs (a supervised taskhub) instead of starting one.")
+@click.option("-v", "--verbose", is_flag=True, help="Also log every ignored event.")
+@_interval("debounce", coalesce.DEBOUNCE, "Quiet time before a turn, seconds.")
+@_interval("max-wait", coalesce.MAX_WAIT, "Longest a wake waits for quiet, seconds.")
+@_interval("min-interval", coalesce.MIN_INTERVAL, "At most one event-triggered turn per this many seconds.")
+@_interval("lock-retry", coalesce.LOCK_RETRY, "Retry delay when continue.lock is held, seconds.")
+@_interval("reconnect-min", hp.RECONNECT_MIN, "First step of the hub reconnect ladder, seconds.", strict=True)
+@_interval("reconnect-max", hp.RECONNECT_MAX, "Last step of the hub reconnect ladder, seconds.", strict=True)
+@_interval("silence-timeout", 3 * hp.HEARTBEAT_INTERVAL, "Reconnect after this long without a hub record.", strict=True)
+# The two below mirror runner.STATE_FLUSH and runner.STOP_GRACE (runner pulls in asyncio and
+# structlog, which `loop status` should not pay for); tests/subscriber check they agree.
+@_interval("state-flush", 1.0, "Write the cursor to the state file at most this often, seconds.", strict=True)
+@_interval("stop-grace", 10.0, "On SIGTERM, how long a running turn may finish, seconds.")
+def subscribe(
+    agents: tuple[str, ...],
+    director: str | None,
+    on_wake: str,
+    state_dir: Path | None,
+    start_hub: bool,
+    verbose: bool,
+    debounce: float,
+    max_wait: float,
+    min_interval: float,
+    lock_retry: float,
+    reconnect_min: float,
+    reconnect_max: float,
+    silence_timeout: float,
+    state_flush: float,
+    stop_grace: float,
+) -> None:
+    """Follow the board through the local hub and run CMD when work becomes actionable.
+
+    \b
+    Wakes on new, moved, reopened, delivered and resumed tasks, reports, relations, dispatch
+    field updates, questions and human comments; never on this loop's own agents' writes (except
+    a release back to todo or a question), heartbeats or board housekeeping. Wakes are coalesced
+    (300 ms debounce, 2 s at most, one turn a minute). A turn needs a live resident pool
+    (<state-dir>/sessions.state.json) and the continue lock (<state-dir>/continue.lock).
+    Publishes <state-dir>/subscribe.state.json; stops cleanly on SIGTERM/SIGINT (exit 0).
+    """
+    from services.subscriber import state as st
+    from services.subscriber.classify import LoopIdentity
+    from services.subscriber.runner import Subscriber, Timing, configure_logging
+    from services.subscriber.turns import TurnRunner
+
+    if director is not None and director in agents:
+        raise click.BadParameter("the director must not also be one of this loop's --agent ids",
+                                 param_hint="--director")
+    try:
+        timing = Timing(
+            debounce=debounce, max_wait=max_wait, min_interval=min_interval, lock_retry=lock_retry,
+            reconnect_min=reconnect_min, reconnect_max=reconnect_max, silence_timeout=silence_timeout,
+            state_flush=state_flush, stop_grace=stop_grace,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    inv = current()
+    board = inv.board()
+    if not board.token:
+        raise TaskctlError("UNAUTHORIZED", "no board token: the hub needs it to reach the board",
+                           hint="set TASKLOOM_TOKEN, pass --token, or start the board once so its token file exists")
+    directory = _state_dir(state_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    held = _hold_subscribe_lock(directory)
+    try:
+        path = st.state_path(directory)
+        previous = st.read_state(path)
+        after = _resume_revision(previous, board.url)
+        configure_logging(sys.stderr, level=logging.DEBUG if verbose else logging.INFO)
+        publisher = st.Publisher(
+            path,
+            {"board": board.url, "agents": list(agents), "director": director, "state_dir": str(directory)},
+            flush_interval=timing.state_flush,
+        )
+        who = LoopIdentity(agents=frozenset(agents), director=director)
+
+        async def main() -> int:
+            subscriber = Subscriber(
+                hub_stream(board.url, board.token or "", start_hub=start_hub),
+                who,
+                TurnRunner(on_wake, directory),
+                publisher,
+                timing=timing,
+                after=after,
+            )
+            return await subscriber.run_until_signalled()
+
+        code = _run(main())
+    finally:
+        os.close(held)
+    raise click.exceptions.Exit(code)
+
+
+def _hold_subscribe_lock(directory: Path) -> int:
+    """An flock on ``<state_dir>/subscribe.lock`` for the process's life: two subscribers on one
+    state directory would wake the same supervisor twice."""
+    from services.subscriber import state as st
+
+    fd = os.open(directory / SUBSCRIBE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        record = st.read_state(st.state_path(directory)) or {}
+        raise TaskctlError(
+            "SUBSCRIBER_RUNNING",
+            f"another subscriber already runs on {directory}",
+            details={"pid": record.get("pid"), "state_dir": str(directory)},
+            hint="stop it first, or give this one its own --state-dir",
+        ) from None
+    return fd
+
+
+def _resume_revision(previous: dict[str, Any] | None, board_url: str) -> int | None:
+    """Resume after the revision a previous run reached on the same board (None: live from the head)."""
+    if not previous or previous.get("board") != board_url:
+        return None
+    revision = previous.get("revision")
+    return revision if isinstance(revision, int) and not isinstance(revision, bool) and revision >= 0 else None
+
+
+def hub_stream(board_url: str, board_token: str, *, start_hub: bool = True) -> Callable[[int | None], AsyncIterator[dict[str, Any]]]:
+    """One hub connection per call: find (or start) the hub, ``follow`` after a revision, yield records.
+
+    ``idle_ms=0``: the subscriber follows for ever and watches for silence itself. The
+    reconnect ladder is the subscriber's, not the hub client's.
+    """
+    from services.hub import client
+
+    async def find_running() -> Any:
+        from services.hub.pointer import read_pointer
+
+        files = client.hub_files(board_url, board_token)
+        record = read_pointer(files)
+        if record is not None and record.get("protocol") == hp.HUB_PROTOCOL:
+            address = client.HubAddress(port=record["port"], token=str(record.get("token", "")),
+                                        pid=record["pid"], key=files.key)
+            if await client.ping(address) is not None:
+                return address
+        raise client.HubUnavailable(f"no hub answers for this board yet (pointer {files.pointer})")
+
+    async def open_stream(after: int | None) -> AsyncIterator[dict[str, Any]]:
+        address = await (client.find_or_start(board_url, board_token) if start_hub else find_running())
+        session = await client.HubSession.connect(address)
+        try:
+            await session.send(hp.follow(after=after, idle_ms=0))
+            while (record := await session.receive()) is not None:
+                yield record
+        finally:
+            session.close()
+
+    return open_stream
+
+
+# -- status --------------------------------------------------------------------------------------
+
+
+@command(loop, "status")
+@STATE_DIR_OPTION
+def status(state_dir: Path | None) -> None:
+    """Print the subscriber's state (starting, streaming, reconnecting) or `not running`.
+
+    \b
+    Exit 0 while it runs, 3 when it does not (no state file, a clean stop, or a dead pid).
+    """
+    from services.subscriber import state as st
+
+    inv = current()
+    directory = _state_dir(state_dir)
+    report = st.status(directory)
+    data = {**report.as_dict(), "state_dir": str(directory)}
+
+    def human(info: dict[str, Any]) -> None:
+        record = info.get("record") or {}
+        if not info["running"]:
+            inv.out.echo(st.NOT_RUNNING)
+            if record:
+                inv.out.note(f"last state {record.get('state')!s} (pid {record.get('pid')}) at {record.get('updated_at')}")
+            return
+        turns = record.get("turns") or {}
+        last = record.get("last_turn") or {}
+        inv.out.echo(f"{info['state']} (pid {record.get('pid')})")
+        inv.out.fields(
+            [
+                ("board", record.get("board")),
+                ("agents", ", ".join(record.get("agents") or [])),
+                ("director", record.get("director")),
+                ("revision", record.get("revision")),
+                ("last wake", record.get("last_wake_at")),
+                ("last turn", f"{last.get('outcome')}: {last.get('reason')}" if last else None),
+                ("turns", f"ran {turns.get('ran', 0)}, refused {turns.get('refused', 0)}, skipped {turns.get('skipped', 0)}"),
+                ("problem", record.get("last_problem") if info["state"] == st.RECONNECTING else None),
+                ("updated", record.get("updated_at")),
+                ("state dir", info["state_dir"]),
+            ]
+        )
+
+    inv.out.result(data, human)
+    if not report.running:
+        raise click.exceptions.Exit(EXIT_NOT_RUNNING)
+
+
+# -- install / uninstall -------------------------------------------------------------------------
+
+
+def _default_supervisor() -> str:
+    return "launchd" if sys.platform == "darwin" else "systemd"
+
+
+SUPERVISOR_OPTION = click.option(
+    "--supervisor", type=click.Choice(["systemd", "launchd"]), default=_default_supervisor, show_default="by platform",
+    help="systemd user units, or launchd agents.",
+)
+DIR_OPTION = click.option(
+    "--dir", "target", type=click.Path(file_okay=False, path_type=Path),
+    help="Write the units here instead of ~/.config/systemd/user or ~/Library/LaunchAgents.",
+)
+
+
+def _next_steps(supervisor: str, target: Path, names: list[str], *, install: bool) -> list[str]:
+    if supervisor == "systemd":
+        units = " ".join(names)
+        if install:
+            return ["systemctl --user daemon-reload", f"systemctl --user enable --now {units}"]
+        return [f"systemctl --user stop {units}", "systemctl --user daemon-reload"]
+    labels = [name.removesuffix(".plist") for name in names]
+    if install:
+        return [f"launchctl bootstrap gui/$(id -u) {target / name}" for name in names]
+    return [f"launchctl bootout gui/$(id -u)/{label}" for label in labels]
+
+
+@command(loop, "install")
+@SUPERVISOR_OPTION
+@click.option("--agent", "agents", multiple=True, required=True, callback=_agents, metavar="NAME",
+              help="The subscriber's agent id (repeat, or a comma list).")
+@click.option("--director", callback=_director, metavar="NAME", help="The decision lane's actor id.")
+@click.option("--on-wake", "on_wake", required=True, callback=_on_wake, metavar="CMD",
+              help="The subscriber's continue-turn command.")
+@STATE_DIR_OPTION
+@click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,
+              help="The board's port on 127.0.0.1.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="The board's data directory (default: TASKLOOM_DATA_DIR, else the platform's).")
+@click.option("--with-hub", is_flag=True, help="Also run the hub as a unit; the subscriber then never starts one.")
+@DIR_OPTION
+@click.option("--dry-run", is_flag=True, help="Print the rendered units; write nothing.")
+def install(
+    supervisor: str,
+    agents: tuple[str, ...],
+    director: str | None,
+    on_wake: str,
+    state_dir: Path | None,
+    port: int,
+    data_dir: Path | None,
+    with_hub: bool,
+    target: Path | None,
+    dry_run: bool,
+) -> None:
+    """Render the board and subscriber units (and the hub's) with this machine's paths and write them.
+
+    \b
+    Prints what it wrote and the commands that start them; it does not start anything itself.
+    """
+    from services.subscriber import units
+    from shared.paths import runtime_dir
+
+    inv = current()
+    if director is not None and director in agents:
+        raise click.BadParameter("the director must not also be one of the --agent ids", param_hint="--director")
+    board_url = normalise_url(inv.url) if inv.url else f"http://127.0.0.1:{port}"
+    data = (data_dir if data_dir is not None else default_data_dir()).expanduser().absolute()
+    try:
+        found = units.find_executables()
+        values = units.UnitValues(
+            taskd=found["taskd"],
+            taskhub=found["taskhub"],
+            taskctl=found["taskctl"],
+            port=port,
+            board_url=board_url,
+            data_dir=str(data),
+            runtime_dir=str(runtime_dir(os.environ, Path.home()).expanduser().absolute()),
+            state_dir=str(_state_dir(state_dir)),
+            log_dir=str(units.default_log_dir(supervisor, data)),
+            agents=agents,
+            on_wake=on_wake,
+            director=director,
+            path=os.environ.get("PATH") or os.defpath,
+            supervised_hub=with_hub,
+        )
+        rendered = units.render(supervisor, values, hub=with_hub)
+        directory = (target if target is not None else units.unit_dir(supervisor)).expanduser().absolute()
+    except units.UnitError as exc:
+        raise TaskctlError("INSTALL_FAILED", str(exc)) from None
+
+    results = []
+    for unit in rendered:
+        path = directory / unit.name
+        try:
+            current_text = path.read_text(encoding="utf-8")
+        except OSError:
+            current_text = None
+        action = "unchanged" if current_text == unit.text else ("updated" if current_text is not None else "created")
+        results.append({"role": unit.role, "name": unit.name, "path": str(path), "action": action, "text": unit.text})
+    if not dry_run:
+        directory.mkdir(parents=True, exist_ok=True)
+        Path(values.state_dir).mkdir(parents=True, exist_ok=True)
+        if supervisor == "launchd":
+            Path(values.log_dir).mkdir(parents=True, exist_ok=True)  # launchd does not create it
+        for result, unit in zip(results, rendered):
+            if result["action"] != "unchanged":
+                _write_atomic(Path(result["path"]), unit.text)
+    steps = _next_steps(supervisor, directory, [unit.name for unit in rendered], install=True)
+    payload = {"supervisor": supervisor, "dir": str(directory), "dry_run": dry_run, "units": results, "next": steps}
+
+    def human(info: dict[str, Any]) -> None:
+        for result in info["units"]:
+            if info["dry_run"]:
+                inv.out.echo(f"# {result['path']} (would be {result['action']})")
+                inv.out.echo(result["text"].rstrip("\n"))
+                inv.out.echo()
+            else:
+                inv.out.echo(f"{result['action']} {result['path']}")
+        inv.out.echo("then run:" if not info["dry_run"] else "after installing, run:")
+        for step in info["next"]:
+            inv.out.echo(f"  {step}")
+
+    inv.out.result(payload, human)
+
+
+@command(loop, "uninstall")
+@SUPERVISOR_OPTION
+@DIR_OPTION
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+def uninstall(supervisor: str, target: Path | None, dry_run: bool) -> None:
+    """Remove the units `loop install` wrote (board, subscriber, hub) and say how to stop them."""
+    from services.subscriber import units
+
+    inv = current()
+    directory = (target if target is not None else units.unit_dir(supervisor)).expanduser().absolute()
+    removed = []
+    for name in units.UNIT_FILES[supervisor].values():
+        path = directory / name
+        links = [directory / "default.target.wants" / name] if supervisor == "systemd" else []
+        present = [p for p in (path, *links) if p.is_symlink() or p.exists()]
+        if not present:
+            continue
+        if not dry_run:
+            for found in present:
+                found.unlink()
+        removed.append({"name": name, "paths": [str(p) for p in present]})
+    steps = _next_steps(supervisor, directory, [item["name"] for item in removed], install=False) if removed else []
+    payload = {"supervisor": supervisor, "dir": str(directory), "dry_run": dry_run, "removed": removed, "next": steps}
+
+    def human(info: dict[str, Any]) -> None:
+        if not info["removed"]:
+            inv.out.echo(f"no Taskloom units in {info['dir']}")
+            return
+        verb = "would remove" if info["dry_run"] else "removed"
+        for item in info["removed"]:
+            for path in item["paths"]:
+                inv.out.echo(f"{verb} {path}")
+        inv.out.echo("to stop what still runs:")
+        for step in info["next"]:
+            inv.out.echo(f"  {step}")
+
+    inv.out.result(payload, human)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(text, encoding="utf-8")
+    os.chmod(temp, 0o644)
+    os.replace(temp, path)
