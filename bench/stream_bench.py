@@ -510,12 +510,13 @@ def latency_phase(board: Board, tmp: Path, tasks: list[str], *, streams: int, pr
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small numbers: a smoke test of the bench itself")
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("config", nargs="?", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    # ``python -m bench`` calls main() with the bench names still in sys.argv: parse only our own.
+    args = parser.parse_args(argv or [])
     if args.role:
         install_uvloop()
         config = json.loads(args.config)
@@ -627,4 +628,4 @@ def print_table(results: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -10,6 +10,12 @@ column (a MutationObserver). Same machine, same wall clock.
 
 The 100 ms per-card debounce of the page's router is part of what is measured, on purpose: it
 is what a person sees.
+
+Two checks guard the figures. The page's clock is compared with the bench's before the run and
+every ten writes (an ``evaluate`` round trip of a few ms): a page clock that runs ahead of the
+wall clock shifts every latency by the same amount, which once looked like a 1 s delay on every
+write. And the page's stream reconnects are counted: a reconnect costs a frame the 1 s reconnect
+ladder, so a run with reconnects says so instead of reporting them as latency.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -34,12 +41,17 @@ CHROMIUM_ARGS = [
 ]
 
 INSTRUMENT = """() => {
-  window.__bench = { frames: [], cards: [] };
+  window.__bench = { frames: [], cards: [], reconnects: 0 };
   const live = window.taskloom.live;
   const onFrame = live.onFrame;
   live.onFrame = (activity) => {
     window.__bench.frames.push({ task: activity.task_id, event: activity.event, at: performance.timeOrigin + performance.now() });
     onFrame(activity);
+  };
+  const onState = live.onState;
+  live.onState = (state, detail) => {
+    if (state === "reconnecting") window.__bench.reconnects += 1;
+    onState(state, detail);
   };
   new MutationObserver((records) => {
     const at = performance.timeOrigin + performance.now();
@@ -52,6 +64,19 @@ INSTRUMENT = """() => {
     }
   }).observe(document.querySelector('#board'), { subtree: true, childList: true });
 }"""
+
+
+#: A page clock further than this from the bench's (ms) makes the latencies untrustworthy.
+CLOCK_TOLERANCE_MS = 20.0
+PAGE_NOW = "performance.timeOrigin + performance.now()"
+
+
+def clock_offset(page: Any) -> tuple[float, float]:
+    """(page clock − bench clock, round trip) in ms; the offset is known to ± half the round trip."""
+    before = time.time() * 1000
+    page_now = page.evaluate(PAGE_NOW)
+    after = time.time() * 1000
+    return page_now - (before + after) / 2, after - before
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -88,7 +113,7 @@ def start_board(root: Path) -> tuple[subprocess.Popen[bytes], str, str]:
     raise SystemExit("taskd did not start in 20 s")
 
 
-def run(writes: int) -> dict[str, list[float]]:
+def run(writes: int) -> tuple[dict[str, list[float]], dict[str, Any]]:
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory(prefix="taskloom-ui-bench-") as temp:
@@ -107,10 +132,13 @@ def run(writes: int) -> dict[str, list[float]]:
                 page.wait_for_selector("#connection[data-state=live]", timeout=15000)
                 page.wait_for_selector(f".card[data-identifier={cards[-1]['identifier']}]")
                 page.evaluate(INSTRUMENT)
+                offsets = [clock_offset(page)]
                 to_dom: list[float] = []
                 commit_to_dom: list[float] = []
                 to_frame: list[float] = []
                 for n in range(writes):
+                    if n and n % 10 == 0:
+                        offsets.append(clock_offset(page))
                     task = cards[n % len(cards)]
                     target = "backlog" if (n // len(cards)) % 2 == 0 else "todo"
                     sent = time.time() * 1000
@@ -137,20 +165,24 @@ def run(writes: int) -> dict[str, list[float]]:
                     commit_to_dom.append(shown - commit_ms(moved["updated_at"]))
                     if frame is not None:
                         to_frame.append(frame - sent)
+                offsets.append(clock_offset(page))
+                checks = {"offsets": offsets, "reconnects": page.evaluate("window.__bench.reconnects")}
                 browser.close()
-            return {"write → frame in page": to_frame, "write → card moved": to_dom, "commit → card moved": commit_to_dom}
+            series = {"write → frame in page": to_frame, "write → card moved": to_dom, "commit → card moved": commit_to_dom}
+            return series, checks
         finally:
             process.terminate()
             process.wait(timeout=20)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=50)
-    args = parser.parse_args()
+    # ``python -m bench`` calls main() with the bench names still in sys.argv: parse only our own.
+    args = parser.parse_args(argv or [])
     if not Path(CHROMIUM).exists():
         raise SystemExit("needs Debian's chromium: apt-get install chromium")
-    results = run(args.writes)
+    results, checks = run(args.writes)
     print(f"UI latency over {args.writes} sequential moves (ms; includes the page's 100 ms per-card debounce)")
     print(f"{'measure':<26}{'n':>4}{'p50':>9}{'p99':>9}{'max':>9}{'mean':>9}")
     for name, values in results.items():
@@ -159,7 +191,18 @@ def main() -> None:
             continue
         print(f"{name:<26}{len(values):>4}{percentile(values, 0.5):>9.1f}{percentile(values, 0.99):>9.1f}"
               f"{max(values):>9.1f}{statistics.fmean(values):>9.1f}")
+    offsets = [offset for offset, _ in checks["offsets"]]
+    round_trip = max(trip for _, trip in checks["offsets"])
+    print(f"page clock − bench clock: {min(offsets):+.1f} … {max(offsets):+.1f} ms over {len(offsets)} checks "
+          f"(± {round_trip / 2:.1f} ms); stream reconnects during the run: {checks['reconnects']}; "
+          f"1-minute load average {os.getloadavg()[0]:.1f}")
+    if max(abs(offset) for offset in offsets) > CLOCK_TOLERANCE_MS:
+        print(f"WARNING: the page's clock is more than {CLOCK_TOLERANCE_MS:.0f} ms off the bench's: every latency "
+              "above is shifted by it; re-run")
+    if checks["reconnects"]:
+        print("WARNING: the page's stream reconnected during the run; the frames it missed waited for the "
+              "1 s reconnect ladder. See taskd's log.")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

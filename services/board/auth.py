@@ -7,6 +7,7 @@ one-time codes held in memory; they expire after ``LOGIN_CODE_TTL``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -109,6 +110,13 @@ def host_allowed(host_header: str | None, extra_hosts: Iterable[str] = ()) -> bo
     """DNS-rebinding guard: only loopback names and addresses, or hosts the operator configured."""
     if not host_header:
         return False
+    return _host_allowed(host_header, extra_hosts if isinstance(extra_hosts, tuple) else tuple(extra_hosts))
+
+
+#: Every request asks about one of a handful of Host values; parsing an address each time showed
+#: in profiles. Bounded, so a client sending endless distinct names only churns the cache.
+@functools.lru_cache(maxsize=256)
+def _host_allowed(host_header: str, extra_hosts: tuple[str, ...]) -> bool:
     host = host_header.strip().lower()
     if host.startswith("["):
         host = host[1:].partition("]")[0]

@@ -1,6 +1,7 @@
 """The board's one log reader: every new activity row is read once, encoded once, fanned out once.
 
-After an in-process commit the store's commit listener wakes the reader at once. Commits made by
+After an in-process commit the store's commit listener wakes the reader at once (when no stream
+is live it only moves the reader's position: there is nobody to read for). Commits made by
 other processes on the same file are noticed by polling ``PRAGMA data_version`` on the reader's
 own connection (it changes whenever any *other* connection commits). Each wake reads the rows
 after the reader's position in one snapshot, encodes their SSE frames on the reader's thread and
@@ -191,10 +192,20 @@ class LogReader:
         return len(self._subscribers)
 
     def notify(self, revision: int) -> None:
-        """The store's commit listener: an in-process commit is read at once, with no poll delay."""
-        if not self._stopped and revision > self.position:
-            self._force = True
-            self._wake.set()
+        """The store's commit listener: an in-process commit is read at once, with no poll delay.
+
+        With nobody live there is nothing to read for: the position moves to the committed
+        revision and the reader stays asleep. A stream that joins later reads up to ``position``
+        from the database itself before it subscribes (``Stream._catch_up``), and the commit is
+        already visible to that read, since the store calls its listeners after ``COMMIT``.
+        """
+        if self._stopped or revision <= self.position:
+            return
+        if not self._subscribers:
+            self.position = revision
+            return
+        self._force = True
+        self._wake.set()
 
     def _publish(self, page: Page) -> None:
         self.position = max(self.position, page.end)

@@ -20,9 +20,11 @@ TASK_FIELDS = (
 
 
 def task_to_dict(row: sqlite3.Row) -> dict[str, Any]:
-    task = {name: row[name] for name in TASK_FIELDS}
-    task["labels"] = orjson.loads(row["labels_json"])
-    task["meta"] = orjson.loads(row["meta_json"])
+    # One C-level pass over the row: a lookup by name on sqlite3.Row scans the column names.
+    values = dict(zip(row.keys(), row))
+    task = {name: values[name] for name in TASK_FIELDS}
+    task["labels"] = orjson.loads(values["labels_json"])
+    task["meta"] = orjson.loads(values["meta_json"])
     return task
 
 

@@ -4,6 +4,11 @@ A command is a plain function ``fn(tx, ...)`` that runs inside one ``BEGIN IMMED
 on the writer thread; it validates, writes state and appends its activity rows through
 ``tx.record``. The event loop pays one thread hop per command, never one per statement. Reads run
 the same way on reader connections. This is the whole surface a PostgreSQL store would implement.
+
+Group commit: commands that queue up while the writer is busy run together in one transaction,
+each inside its own ``SAVEPOINT``. A refused command rolls back to its savepoint only; the batch
+pays ``BEGIN``, ``COMMIT`` and one wake-up of the event loop once. Nobody hears of a command —
+neither its caller nor the commit listeners — before the batch's ``COMMIT`` has returned.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import queue
 import secrets
 import sqlite3
 import threading
@@ -20,9 +26,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 import orjson
+import structlog
 
 from shared.errors import ERROR_STATUS, TaskloomError
 from shared.events import EVENT_SET
@@ -31,8 +38,12 @@ from shared.timestamps import format_timestamp
 P = ParamSpec("P")
 T = TypeVar("T")
 
+log = structlog.get_logger("taskd.store")
+
 BUSY_TIMEOUT_MS = 5000
 READER_THREADS = 2
+#: Most commands one transaction carries; a longer queue is served in several batches, in order.
+MAX_BATCH: Final = 64
 #: The database header (https://www.sqlite.org/fileformat.html#the_database_header): a magic
 #: string, then at offset 60 the 4-byte big-endian user_version.
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -202,6 +213,31 @@ def translate_integrity_error(exc: sqlite3.DatabaseError) -> TaskloomError:
     return TaskloomError("VALIDATION_FAILED", f"refused by the database: {text}", details={"constraint": text})
 
 
+def translate_error(exc: BaseException) -> BaseException:
+    """What a command's caller is told: a stable error for what SQLite refused, else ``exc`` itself."""
+    error: TaskloomError | None = None
+    if isinstance(exc, sqlite3.IntegrityError):
+        error = translate_integrity_error(exc)
+    elif isinstance(exc, sqlite3.OperationalError):
+        error = translate_operational_error(exc)
+    if error is None:
+        return exc
+    error.__cause__ = exc
+    return error
+
+
+def batch_lost(exc: BaseException) -> TaskloomError:
+    """A transaction that could not begin or commit: every command in it is unwritten, retry later."""
+    error = TaskloomError(
+        "STORE_UNAVAILABLE",
+        f"the board's database could not write this change: {exc}",
+        details={"sqlite_error": getattr(exc, "sqlite_errorname", None), "retry_after": 1},
+        hint="nothing was written; retry in a moment. If it persists, check the disk and other processes holding the file",
+    )
+    error.__cause__ = exc
+    return error
+
+
 @dataclass
 class Tx:
     """One command's transaction: the connection, who is acting, and the commit time."""
@@ -246,6 +282,39 @@ class Tx:
 CommitListener = Callable[[int], None]
 
 
+class _Job:
+    """One queued command and, once its batch has ended, its outcome."""
+
+    __slots__ = ("actor", "appended", "args", "error", "fn", "future", "kwargs", "loop", "result")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        actor: Actor,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+    ) -> None:
+        self.fn = fn
+        self.actor = actor
+        self.args = args
+        self.kwargs = kwargs
+        self.loop = loop
+        self.future = future
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.appended: list[int] = []
+
+    def lose(self, error: BaseException) -> None:
+        """The transaction this command ran in was rolled back: whatever it did is gone."""
+        self.result, self.appended, self.error = None, [], error
+
+
+#: Tells the writer thread to finish the commands queued before it and stop.
+_STOP: Final = object()
+
+
 class SqliteStore:
     """The SQLite implementation of the store seam."""
 
@@ -255,12 +324,18 @@ class SqliteStore:
         self.path = path
         self.clock = clock
         self.busy_timeout_ms = busy_timeout_ms
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="taskloom-writer")
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._writer_lock = threading.Lock()
+        self._closed = False
         self._readers = ThreadPoolExecutor(max_workers=READER_THREADS, thread_name_prefix="taskloom-reader")
         self._local = threading.local()
         self._listeners: list[CommitListener] = []
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
+        #: Transactions the writer thread committed or tried, and the commands they carried (bench, tests).
+        self.batches = 0
+        self.batched_commands = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -268,7 +343,14 @@ class SqliteStore:
         migrate(self.path)
 
     def close(self) -> None:
-        self._writer.shutdown(wait=True)
+        """Finish the commands already queued, then stop the threads and close every connection."""
+        with self._writer_lock:
+            self._closed = True
+            writer = self._writer
+        if writer is not None:
+            # Nothing can be queued after this: _submit checks _closed under the same lock.
+            self._queue.put(_STOP)
+            writer.join()
         self._readers.shutdown(wait=True)
         with self._connections_lock:
             for conn in self._connections:
@@ -284,6 +366,11 @@ class SqliteStore:
         if listener in self._listeners:
             self._listeners.remove(listener)
 
+    @property
+    def queued(self) -> int:
+        """Commands waiting for the writer thread (tests and diagnostics; approximate)."""
+        return self._queue.qsize()
+
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
@@ -296,7 +383,11 @@ class SqliteStore:
     # -- the seam -------------------------------------------------------------------------------
 
     def run_command(self, fn: Callable[..., T], actor: Actor, *args: Any, **kwargs: Any) -> tuple[T, list[int]]:
-        """Run ``fn(tx, ...)`` in one transaction on the calling thread; returns (result, revisions)."""
+        """Run ``fn(tx, ...)`` in one transaction on the calling thread; returns (result, revisions).
+
+        For scripts, tests, benches and other processes writing the file: it does not go through
+        the writer thread, so SQLite's lock (and ``busy_timeout``) orders it against the board.
+        """
         conn = self._conn()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -308,11 +399,10 @@ class SqliteStore:
         except BaseException as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.IntegrityError):
-                raise translate_integrity_error(exc) from exc
-            if isinstance(exc, sqlite3.OperationalError) and (unavailable := translate_operational_error(exc)):
-                raise unavailable from exc
-            raise
+            error = translate_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
         return result, tx.appended
 
     def run_query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -330,24 +420,149 @@ class SqliteStore:
                 raise unavailable from exc
             raise
 
-    def _notify(self, revision: int) -> None:
-        for listener in self._listeners:
-            listener(revision)
-
     async def command(self, fn: Callable[..., T], actor: Actor, *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(tx, ...)`` on the writer thread; returns once its transaction has committed.
+
+        A command that has been queued runs and commits even if its caller is cancelled meanwhile
+        (the client went away): the commit listeners still hear of it, nobody awaits the result.
+        """
         loop = asyncio.get_running_loop()
-
-        def run_and_announce() -> T:
-            result, appended = self.run_command(fn, actor, *args, **kwargs)
-            if appended:
-                # Scheduled from the writer thread right after the commit, so the listeners hear it
-                # even when the awaiting request was cancelled, and before that request resumes.
-                with contextlib.suppress(RuntimeError):  # a closed loop has nobody left to tell
-                    loop.call_soon_threadsafe(self._notify, appended[-1])
-            return result
-
-        return await loop.run_in_executor(self._writer, run_and_announce)
+        future: asyncio.Future[T] = loop.create_future()
+        self._submit(_Job(fn, actor, args, kwargs, loop, future))
+        return await future
 
     async def query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, functools.partial(self.run_query, fn, *args, **kwargs))
+
+    # -- the writer thread ----------------------------------------------------------------------
+
+    def _submit(self, job: _Job) -> None:
+        with self._writer_lock:
+            if self._closed:
+                raise RuntimeError("the store is closed")
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_loop, name="taskloom-writer", daemon=True)
+                self._writer.start()
+            # Under the lock, so no command can slip in behind close()'s stop marker.
+            self._queue.put(job)
+
+    def _write_loop(self) -> None:
+        """Take whatever is queued (up to MAX_BATCH commands), run it as one transaction, repeat."""
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is _STOP:
+                break
+            batch = [first]
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stopping = True
+                    break
+                batch.append(item)
+            try:
+                revision = self._run_batch(batch)
+            except BaseException as exc:  # the writer must outlive anything a batch does
+                log.exception("write_batch_failed", commands=len(batch))
+                self._abandon(self._conn())
+                for job in batch:
+                    job.lose(batch_lost(exc))
+                revision = 0
+            self._settle(batch, revision)
+
+    def _run_batch(self, batch: list[_Job]) -> int:
+        """One transaction for the whole batch; returns the last revision it appended (0: none).
+
+        When this returns, every job holds its outcome: a result (committed) or an error (nothing
+        of it written).
+        """
+        conn = self._conn()
+        self.batches += 1
+        self.batched_commands += len(batch)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            # Another process holds the write lock past busy_timeout, or the file is unusable.
+            for job in batch:
+                job.lose(batch_lost(exc))
+            return 0
+        # A lone command needs no savepoint: its refusal rolls back the transaction itself.
+        savepoints = len(batch) > 1
+        for position, job in enumerate(batch):
+            # Each command's own clock reading, taken under the write lock: commit times follow
+            # revision order inside a batch and across processes.
+            tx = Tx(conn, job.actor, self.clock())
+            if savepoints:
+                conn.execute("SAVEPOINT command")
+            try:
+                job.result = job.fn(tx, *job.args, **job.kwargs)
+            except Exception as exc:  # noqa: BLE001 - any refusal or bug is this command's alone
+                job.error = translate_error(exc)
+                if not conn.in_transaction:
+                    # SQLite rolled the whole transaction back itself (disk full, I/O error): the
+                    # commands before this one are gone too, and nobody has been told otherwise.
+                    for earlier in batch[:position]:
+                        earlier.lose(batch_lost(exc))
+                    return self._run_rest(batch[position + 1:])
+                if savepoints:
+                    conn.execute("ROLLBACK TO command")
+                    conn.execute("RELEASE command")
+                else:
+                    conn.execute("ROLLBACK")
+                    return 0
+                continue
+            if savepoints:
+                conn.execute("RELEASE command")
+            job.appended = tx.appended
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            # The whole batch is unwritten; which command made COMMIT fail cannot be told, so
+            # every caller hears 503 and may retry.
+            self._abandon(conn)
+            for job in batch:
+                job.lose(batch_lost(exc))
+            return 0
+        return max((job.appended[-1] for job in batch if job.appended), default=0)
+
+    def _run_rest(self, rest: list[_Job]) -> int:
+        """Commands of a lost batch that had not run yet get a transaction of their own."""
+        return self._run_batch(rest) if rest else 0
+
+    @staticmethod
+    def _abandon(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+
+    def _settle(self, batch: list[_Job], revision: int) -> None:
+        """Hand the outcomes to the event loops that wait for them: one wake-up per loop and batch."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+        for job in batch:
+            by_loop.setdefault(job.loop, []).append(job)
+        for loop, jobs in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop has nobody left to tell
+                loop.call_soon_threadsafe(self._deliver, jobs, revision)
+
+    def _deliver(self, jobs: list[_Job], revision: int) -> None:
+        """On the event loop, after COMMIT: listeners first, then the callers resume."""
+        if revision:
+            self._notify(revision)
+        for job in jobs:
+            if job.future.done():
+                continue  # cancelled: the caller went away; its command stands
+            if job.error is not None:
+                job.future.set_exception(job.error)
+            else:
+                job.future.set_result(job.result)
+
+    def _notify(self, revision: int) -> None:
+        for listener in tuple(self._listeners):
+            try:
+                listener(revision)
+            except Exception:
+                log.exception("commit_listener_failed", revision=revision)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from services.board.commands import projects, tasks
 from services.board.store import Actor, SqliteStore, Tx, connect
 from shared import events
 from shared.errors import TaskloomError, validation
+from tests.support.waiting import async_wait_until
 
 ANN = Actor("human", "ann")
 
@@ -156,6 +158,56 @@ def test_commands_from_many_coroutines_serialise_on_the_writer(board: SqliteStor
     assert numbers == list(range(1, 41))
     frames = board.run_query(replay_after, 0, 1000)
     assert [row["event"] for row in frames].count("task_created") == 40
+
+
+def test_a_lone_refused_command_on_the_writer_thread_writes_nothing(board: SqliteStore, raw: sqlite3.Connection) -> None:
+    task = new_task(board)
+    before = counts(raw)
+
+    def write_then_refuse(tx: Tx) -> None:
+        tasks.update_task(tx, task["id"], title="never")
+        raise validation("changed my mind")
+
+    async def scenario() -> str:
+        with pytest.raises(TaskloomError, match="changed my mind"):
+            await board.command(write_then_refuse, ANN)
+        # The writer goes on with the next command as if nothing happened.
+        return (await board.command(tasks.update_task, ANN, task["id"], title="after"))["title"]
+
+    assert asyncio.run(scenario()) == "after"
+    assert counts(raw)[0] == before[0] + 1
+    assert raw.execute("SELECT version FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0] == 2
+
+
+def test_close_lets_queued_commands_commit_then_refuses_new_ones(board: SqliteStore, raw: sqlite3.Connection) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def hold(tx: Tx) -> None:
+        started.set()
+        release.wait(10)
+
+    async def three_queued() -> bool:
+        return board.queued == 3
+
+    async def scenario() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        held = asyncio.ensure_future(board.command(hold, ANN))
+        await loop.run_in_executor(None, started.wait, 10)
+        queued = [asyncio.ensure_future(board.command(tasks.create_task, ANN, project="demo", title=f"late {n}"))
+                  for n in range(3)]
+        await async_wait_until(three_queued, what="three commands queued behind the held writer")
+        closing = loop.run_in_executor(None, board.close)  # blocks until the writer has drained
+        release.set()
+        await held
+        created = [task for task, _ in await asyncio.gather(*queued)]
+        await closing
+        with pytest.raises(RuntimeError, match="closed"):
+            await board.command(tasks.create_task, ANN, project="demo", title="too late")
+        return created
+
+    created = asyncio.run(scenario())
+    assert [task["title"] for task in created] == ["late 0", "late 1", "late 2"]
+    assert raw.execute("SELECT count(*) FROM tasks").fetchone()[0] == 3
 
 
 def test_commit_listeners_hear_the_last_revision_of_each_writing_command(board: SqliteStore) -> None:

@@ -413,7 +413,8 @@ def move_task(
     )
     if to in domain.TERMINAL:
         rollup.after_terminal(tx, moved)
-    return task_to_dict(reload(tx, task["id"]))
+    # Neither the activity row nor the epic rollup touches this task's row: ``moved`` is current.
+    return task_to_dict(moved)
 
 
 def reopen_task(tx: Tx, ref: str, *, reason: str, if_version: int | None = None) -> dict[str, Any]:
