@@ -32,8 +32,32 @@ RECONNECT_MIN: Final = 1.0
 RECONNECT_MAX: Final = 30.0
 
 #: Every message type a client may send after ``welcome``. ``watch``/``watch-status``/``watch-stop``
-#: belong to card-brief registrations (SPEC §7.4) and are answered once that piece lands.
+#: are card-brief registrations (SPEC §7.4).
 CLIENT_REQUESTS: Final = frozenset({"follow", "ping", "watch", "watch-status", "watch-stop"})
+
+# -- card-brief registrations (SPEC §7.4) --------------------------------------------------------
+
+#: Version of the ``hub-<key>.registrations.json`` record (SPEC §7.4).
+REGISTRATIONS_VERSION: Final = 2
+#: A registration without ``ttl_ms`` ends after this long; ``ttl_ms: 0`` never ends by time, ms.
+DEFAULT_WATCH_TTL_MS: Final = 120 * 60 * 1000
+#: Refresh cadence, seconds: a batch waits for this much quiet after the last event naming a card…
+REFRESH_DEBOUNCE: Final = 0.3
+#: …but never longer than this after the first one…
+REFRESH_MAX_WAIT: Final = 2.0
+#: …and starts no sooner than this after the previous batch of the same registration started.
+REFRESH_FLOOR: Final = 5.0
+#: Most cards one ``watch`` request may name.
+MAX_WATCH_CARDS: Final = 1000
+#: A card in one of these statuses is written once more and dropped from its registration.
+TERMINAL_STATUSES: Final = frozenset({"done", "canceled"})
+
+#: ``registered.reason`` values: why no new registration was made for (some of) the cards.
+REASON_COVERED: Final = "covered"  # a live detached registration already keeps the file
+REASON_VIEWER: Final = "viewer"  # a live registration keeps it; this session watches alongside
+REASON_TERMINAL: Final = "terminal"  # every card was done/canceled: written once, nothing to keep
+#: ``shutdown.reason`` for the sessions of a registration ended by ``watch-stop``.
+SHUTDOWN_WATCH_STOPPED: Final = "watch_stopped"
 
 #: ``reset.reason`` values: why a follower must rescan state instead of trusting its cursor.
 RESET_RING: Final = "ring"  # the cursor is older than the replay ring (or fell behind it)
@@ -55,7 +79,12 @@ PAYLOAD_TOO_LARGE: Final = "PAYLOAD_TOO_LARGE"
 UNKNOWN_TYPE: Final = "UNKNOWN_TYPE"
 VALIDATION_FAILED: Final = "VALIDATION_FAILED"
 ALREADY_FOLLOWING: Final = "ALREADY_FOLLOWING"
+ALREADY_STREAMING: Final = "ALREADY_STREAMING"
 NOT_AVAILABLE: Final = "NOT_AVAILABLE"
+NOT_FOUND: Final = "NOT_FOUND"
+WATCH_CONFLICT: Final = "WATCH_CONFLICT"
+BOARD_UNAVAILABLE: Final = "BOARD_UNAVAILABLE"
+WRITE_FAILED: Final = "WRITE_FAILED"
 HUB_ERRORS: Final = frozenset(
     {
         UNAUTHORIZED,
@@ -67,7 +96,12 @@ HUB_ERRORS: Final = frozenset(
         UNKNOWN_TYPE,
         VALIDATION_FAILED,
         ALREADY_FOLLOWING,
+        ALREADY_STREAMING,
         NOT_AVAILABLE,
+        NOT_FOUND,
+        WATCH_CONFLICT,
+        BOARD_UNAVAILABLE,
+        WRITE_FAILED,
     }
 )
 FATAL_ERRORS: Final = frozenset(
@@ -172,3 +206,81 @@ def error(code: str, message: str, **details: Any) -> dict[str, Any]:
     if details:
         body["details"] = details
     return body
+
+
+# -- card-brief registrations -------------------------------------------------------------------
+
+
+def watch(
+    *,
+    cards: list[dict[str, str]] | None = None,
+    ref: str | None = None,
+    out: str | None = None,
+    refs: list[str] | None = None,
+    dir: str | None = None,
+    ttl_ms: int | None = None,
+    detach: bool | None = None,
+) -> dict[str, Any]:
+    """``watch`` in one of its three spellings: ``cards``, ``ref`` + ``out``, or ``refs`` + ``dir``."""
+    message: dict[str, Any] = {"type": "watch"}
+    for name, value in (("cards", cards), ("ref", ref), ("out", out), ("refs", refs), ("dir", dir),
+                        ("ttl_ms", ttl_ms), ("detach", detach)):
+        if value is not None:
+            message[name] = value
+    return message
+
+
+def registered(
+    *,
+    registration_id: str | None,
+    refs: list[str],
+    reused: bool,
+    running: bool,
+    reason: str | None = None,
+    cards: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": "registered", "registration_id": registration_id, "refs": refs, "reused": reused, "running": running,
+    }
+    if reason is not None:
+        body["reason"] = reason
+    if cards is not None:
+        body["cards"] = cards
+    return body
+
+
+def refresh(*, ref: str, path: str, revision: int | None, status: str | None = None) -> dict[str, Any]:
+    """A brief was written (or found current) with everything up to ``revision`` in it."""
+    body: dict[str, Any] = {"type": "refresh", "ref": ref, "path": path, "revision": revision}
+    if status is not None:
+        body["status"] = status
+    return body
+
+
+def refresh_failed(*, ref: str, path: str, code: str, message: str) -> dict[str, Any]:
+    """A refresh failed; the previous file is kept."""
+    return {"type": "refresh", "ref": ref, "path": path, "ok": False, "error": {"code": code, "message": message}}
+
+
+def done() -> dict[str, Any]:
+    return {"type": "done"}
+
+
+def ttl(*, ttl_ms: int) -> dict[str, Any]:
+    return {"type": "ttl", "ttl_ms": ttl_ms}
+
+
+def watch_status(registrations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The request (no argument) and its answer (the list) share the type ``watch-status``."""
+    body: dict[str, Any] = {"type": "watch-status"}
+    if registrations is not None:
+        body["registrations"] = registrations
+    return body
+
+
+def watch_stop(registration_id: str) -> dict[str, Any]:
+    return {"type": "watch-stop", "registration_id": registration_id}
+
+
+def watch_stopped(*, registration_id: str, refs: list[str]) -> dict[str, Any]:
+    return {"type": "watch-stopped", "registration_id": registration_id, "refs": refs}

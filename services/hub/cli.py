@@ -152,6 +152,12 @@ def main() -> None:
               envvar="TASKLOOM_HUB_RECONNECT_MAX")
 @click.option("--ring-size", default=hp.RING_SIZE, type=click.IntRange(min=1), hidden=True,
               envvar="TASKLOOM_HUB_RING_SIZE")
+@click.option("--refresh-debounce", default=hp.REFRESH_DEBOUNCE, type=click.FloatRange(min=0), hidden=True,
+              envvar="TASKLOOM_HUB_REFRESH_DEBOUNCE")
+@click.option("--refresh-max-wait", default=hp.REFRESH_MAX_WAIT, type=click.FloatRange(min=0), hidden=True,
+              envvar="TASKLOOM_HUB_REFRESH_MAX_WAIT")
+@click.option("--refresh-floor", default=hp.REFRESH_FLOOR, type=click.FloatRange(min=0), hidden=True,
+              envvar="TASKLOOM_HUB_REFRESH_FLOOR")
 @click.option("--lock-fd", type=int, hidden=True, help="The owner lock, locked and passed down by the starter.")
 def serve_command(
     board_url: str,
@@ -163,6 +169,9 @@ def serve_command(
     reconnect_min: float,
     reconnect_max: float,
     ring_size: int,
+    refresh_debounce: float,
+    refresh_max_wait: float,
+    refresh_floor: float,
     lock_fd: int | None,
 ) -> None:
     """Serve until SIGINT/SIGTERM or the idle exit (for supervisors: pass --idle-exit 0)."""
@@ -193,6 +202,10 @@ def serve_command(
         reconnect_min=reconnect_min,
         reconnect_max=max(reconnect_min, reconnect_max),
         ring_size=ring_size,
+        refresh_debounce=refresh_debounce,
+        refresh_max_wait=refresh_max_wait,
+        refresh_floor=refresh_floor,
+        registrations_path=files.registrations,
     )
     log.info("hub_starting", pid=os.getpid(), board=resolved, key=files.key, protocol=hp.HUB_PROTOCOL)
     try:

@@ -379,3 +379,59 @@ async def follow(
         report("reconnecting")
         await asyncio.sleep(delay)
         delay = min(max(delay * 2, reconnect_min), reconnect_max)
+
+
+# -- card-brief registrations (SPEC §7.4) ----------------------------------------------------
+
+#: How long a ``watch`` may take to be answered: it renders and writes every card first, seconds.
+WATCH_ANSWER_TIMEOUT = 120.0
+#: Records after which a foreground watch stream is over.
+WATCH_TERMINAL = frozenset({"done", "ttl", "shutdown", "error"})
+
+
+async def request_once(
+    board_url: str,
+    board_token: str,
+    message: dict[str, Any],
+    *,
+    runtime: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    timeout: float = WATCH_ANSWER_TIMEOUT,
+) -> dict[str, Any]:
+    """Find or start the hub, send one request (``watch`` with ``detach``, ``watch-status``,
+    ``watch-stop``) and return its answer (an ``error`` record is returned, not raised)."""
+    address = await find_or_start(board_url, board_token, runtime=runtime, environ=environ)
+    session = await HubSession.connect(address)
+    try:
+        return await session.request(message, timeout=timeout)
+    finally:
+        session.close()
+
+
+async def watch_stream(
+    board_url: str,
+    board_token: str,
+    message: dict[str, Any],
+    *,
+    runtime: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> AsyncIterator[dict[str, Any]]:
+    """A foreground ``watch``: every record until ``done``, ``ttl``, ``shutdown`` or ``error``.
+
+    The registration belongs to this session (SPEC §7.4): it ends when the iterator is closed.
+    A hub that goes away without a last record raises ``ConnectionError``.
+    """
+    address = await find_or_start(board_url, board_token, runtime=runtime, environ=environ)
+    session = await HubSession.connect(address)
+    try:
+        await session.send(message)
+        first = await asyncio.wait_for(session.receive(), WATCH_ANSWER_TIMEOUT)
+        record = first
+        while record is not None:
+            yield record
+            if record.get("type") in WATCH_TERMINAL:
+                return
+            record = await session.receive()
+        raise ConnectionError("the hub closed the watch session without a last record")
+    finally:
+        session.close()

@@ -14,6 +14,7 @@ request the hub does not know, or one with bad fields, gets an ``error`` and the
 from __future__ import annotations
 
 import hmac
+import os.path
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
@@ -86,12 +87,115 @@ def validate_ping(message: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-#: The requests this hub serves, each with the validator that normalises its fields. Card-brief
-#: registrations (SPEC §7.4) add ``watch``, ``watch-status`` and ``watch-stop`` here and a
-#: handler in ``server.py``; until then they answer ``NOT_AVAILABLE``.
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise RequestInvalid(f"{name} must be a non-empty string", field=name, value=value)
+    return value.strip()
+
+
+def _absolute(value: Any, name: str, *, directory: bool = False) -> str:
+    """An absolute path, normalised. A file path ending in ``/`` means a directory: refused."""
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise RequestInvalid(f"{name} must be an absolute path", field=name, value=value)
+    if not os.path.isabs(value):
+        raise RequestInvalid(f"{name} must be an absolute path, not {value!r}", field=name, value=value)
+    if not directory and value.endswith(("/", "/.", "/..")):
+        raise RequestInvalid(f"{name} names a directory; a brief is a file", field=name, value=value)
+    return os.path.normpath(value)
+
+
+def _no_twice(values: list[str], name: str) -> None:
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            raise RequestInvalid(f"{value!r} is named twice in {name}", field=name, value=value)
+        seen.add(value)
+
+
+_WATCH_FIELDS = frozenset({"cards", "ref", "out", "refs", "dir", "ttl_ms", "detach"})
+
+
+def validate_watch(message: dict[str, Any]) -> dict[str, Any]:
+    """``watch`` in its three spellings, normalised to ``cards`` or ``refs`` + ``dir`` (SPEC §7.4).
+
+    Only what the message itself says is checked here; the filesystem and the board are the
+    registry's to check, still before anything is written.
+    """
+    _refuse_unknown(message, _WATCH_FIELDS)
+    given = {name for name in ("cards", "ref", "out", "refs", "dir") if name in message}
+    if "cards" in given and given - {"cards"}:
+        raise RequestInvalid(
+            "cards cannot be combined with ref/out/refs/dir: a path is derived one way per request",
+            field="cards", conflicting=sorted(given - {"cards"}),
+        )
+    if given & {"ref", "out"} and given & {"refs", "dir"}:
+        raise RequestInvalid("ref/out and refs/dir are two spellings; use one", field="ref", conflicting=sorted(given))
+    detach = message.get("detach", False)
+    if not isinstance(detach, bool):
+        raise RequestInvalid("detach must be true or false", field="detach", value=detach)
+    ttl_ms = _optional_count(message, "ttl_ms")
+    fields: dict[str, Any] = {
+        "cards": None, "refs": None, "dir": None,
+        "ttl_ms": hp.DEFAULT_WATCH_TTL_MS if ttl_ms is None else ttl_ms, "detach": detach,
+    }
+    if "cards" in given:
+        cards = message["cards"]
+        if not isinstance(cards, list) or not cards:
+            raise RequestInvalid("cards must be a non-empty list of {ref, out}", field="cards")
+        if len(cards) > hp.MAX_WATCH_CARDS:
+            raise RequestInvalid(f"at most {hp.MAX_WATCH_CARDS} cards per request", field="cards", count=len(cards))
+        normal = []
+        for index, card in enumerate(cards):
+            where = f"cards[{index}]"
+            if not isinstance(card, dict):
+                raise RequestInvalid(f"{where} must be an object {{ref, out}}", field=where)
+            unknown = sorted(set(card) - {"ref", "out"})
+            if unknown:
+                raise RequestInvalid(f"unknown field(s) in {where}: {', '.join(unknown)}", field=where, unknown=unknown)
+            normal.append({"ref": _text(card.get("ref"), f"{where}.ref"), "out": _absolute(card.get("out"), f"{where}.out")})
+        fields["cards"] = normal
+    elif given & {"ref", "out"}:
+        if given != {"ref", "out"}:
+            raise RequestInvalid("ref and out go together", field=sorted({"ref", "out"} - given)[0])
+        fields["cards"] = [{"ref": _text(message["ref"], "ref"), "out": _absolute(message["out"], "out")}]
+    elif given:
+        if given != {"refs", "dir"}:
+            raise RequestInvalid("refs and dir go together", field=sorted({"refs", "dir"} - given)[0])
+        refs = message["refs"]
+        if not isinstance(refs, list) or not refs:
+            raise RequestInvalid("refs must be a non-empty list of task refs", field="refs")
+        if len(refs) > hp.MAX_WATCH_CARDS:
+            raise RequestInvalid(f"at most {hp.MAX_WATCH_CARDS} cards per request", field="refs", count=len(refs))
+        fields["refs"] = [_text(ref, f"refs[{n}]") for n, ref in enumerate(refs)]
+        fields["dir"] = _absolute(message["dir"], "dir", directory=True)
+    else:
+        raise RequestInvalid("name the cards: cards: [{ref, out}], or ref + out, or refs + dir", field="cards")
+    if fields["cards"] is not None:
+        _no_twice([card["ref"] for card in fields["cards"]], "refs")
+        _no_twice([card["out"] for card in fields["cards"]], "paths")
+    else:
+        _no_twice(fields["refs"], "refs")
+    return fields
+
+
+def validate_watch_status(message: dict[str, Any]) -> dict[str, Any]:
+    _refuse_unknown(message, frozenset())
+    return {}
+
+
+def validate_watch_stop(message: dict[str, Any]) -> dict[str, Any]:
+    _refuse_unknown(message, frozenset({"registration_id"}))
+    return {"registration_id": _text(message.get("registration_id"), "registration_id")}
+
+
+#: The requests this hub serves, each with the validator that normalises its fields. A declared
+#: request (``hp.CLIENT_REQUESTS``) without a validator here answers ``NOT_AVAILABLE``.
 REQUEST_VALIDATORS: Final[Mapping[str, Validator]] = {
     "follow": validate_follow,
     "ping": validate_ping,
+    "watch": validate_watch,
+    "watch-status": validate_watch_status,
+    "watch-stop": validate_watch_stop,
 }
 
 
@@ -114,6 +218,8 @@ class Session:
         self._validators = validators
         self.greeted = False
         self.following = False
+        #: A foreground ``watch`` was accepted: this session is its registration's stream.
+        self.watching = False
         self.closed = False
 
     def feed(self, chunk: bytes) -> list[Action]:
@@ -132,9 +238,16 @@ class Session:
         return self._lines(lines)
 
     def feed_eof(self) -> list[Action]:
-        """The peer closed its side. A follow stream keeps going (``nc -N`` half-closes); else ``eof``."""
+        """The peer closed its side. A follow stream keeps going (``nc -N`` half-closes); else ``eof``.
+
+        A foreground watch belongs to its session (SPEC §7.4): the end of its input is the owner
+        leaving, so the session closes without a word (the hub cannot tell a half-close from a
+        departure, and a registration must not outlive an owner that has gone).
+        """
         if self.closed or self.following:
             return []
+        if self.watching:
+            return self._close_with([Close("eof")])
         if not self.greeted:
             return self._close_with([Close("eof")])
         return self._close_with([Send(hp.eof()), Close("eof")])
@@ -177,10 +290,22 @@ class Session:
         except RequestInvalid as exc:
             return [Send(hp.error(hp.VALIDATION_FAILED, str(exc), type=kind, **exc.details))]
         if kind == "follow":
+            if self.watching:
+                return [Send(hp.error(hp.ALREADY_STREAMING, "this session is a watch stream; open another for follow"))]
             if self.following:
                 return [Send(hp.error(hp.ALREADY_FOLLOWING, "this session is already following"))]
             self.following = True
+        elif kind == "watch" and not fields["detach"]:
+            if self.following or self.watching:
+                return [Send(hp.error(
+                    hp.ALREADY_STREAMING, "this session already carries a stream; open another, or detach", type=kind,
+                ))]
+            self.watching = True
         return [Request(kind, fields)]
+
+    def watch_refused(self) -> None:
+        """The hub refused the foreground ``watch`` it was handed: the session is free again."""
+        self.watching = False
 
     def _hello(self, message: dict[str, Any]) -> list[Action]:
         if message["type"] != "hello":

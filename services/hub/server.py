@@ -18,8 +18,9 @@ import asyncio
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -29,7 +30,7 @@ from shared.ndjson import MAX_LINE, encode_line
 
 from .board_link import READ_TIMEOUT, BoardLink
 from .protocol import Close, Request, Send, Session
-from .registrations import Registrations
+from .registrations import Refused, Registrations, Watcher, WatchSettings
 from .ring import Ring
 
 log = structlog.get_logger("taskhub")
@@ -67,6 +68,12 @@ class HubSettings:
     board_read_timeout: float = READ_TIMEOUT
     #: How long start-up waits for a first answer from the board before serving anyway.
     first_contact_timeout: float = 5.0
+    #: Card-brief refresh cadence, seconds (SPEC §7.4).
+    refresh_debounce: float = hp.REFRESH_DEBOUNCE
+    refresh_max_wait: float = hp.REFRESH_MAX_WAIT
+    refresh_floor: float = hp.REFRESH_FLOOR
+    #: ``hub-<key>.registrations.json``; None keeps detached registrations in memory only.
+    registrations_path: Path | None = None
 
 
 class Hub:
@@ -79,7 +86,18 @@ class Hub:
         self.board_id: str | None = None
         #: The newest board revision seen; None until the board first answers.
         self.revision: int | None = None
-        self.registrations = Registrations()
+        self.registrations = Registrations(
+            self.board_url,
+            settings.board_token,
+            settings=WatchSettings(
+                debounce=settings.refresh_debounce,
+                max_wait=settings.refresh_max_wait,
+                floor=settings.refresh_floor,
+                path=settings.registrations_path,
+            ),
+            revision=lambda: self.revision,
+            on_change=self._arm_idle_exit,
+        )
         self.connections: set[Connection] = set()
         self.followers: set[Connection] = set()
         self.port = 0
@@ -117,6 +135,7 @@ class Hub:
             await asyncio.wait_for(self._link.first_attempt.wait(), self.settings.first_contact_timeout)
         except TimeoutError:
             pass  # serve anyway: followers wait for the board with us
+        await self.registrations.start()
         self._arm_idle_exit()
         log.info("hub_listening", port=self.port, board=self.board_url, board_id=self.board_id, revision=self.revision)
         return self.port
@@ -141,6 +160,8 @@ class Hub:
                 connection.abort()
             if pending:
                 await asyncio.wait(pending, timeout=SHUTDOWN_GRACE)
+        # After the sessions: foreground registrations ended with them; detached ones stay on disk.
+        await self.registrations.stop()
         if self._link_task is not None:
             self._link_task.cancel()
             await asyncio.gather(self._link_task, return_exceptions=True)
@@ -185,6 +206,8 @@ class Hub:
         finally:
             self.connections.discard(connection)
             self.followers.discard(connection)
+            if connection.watcher is not None:
+                self.registrations.session_closed(connection.watcher)
             self._arm_idle_exit()
 
     def welcome(self) -> dict[str, Any]:
@@ -233,6 +256,7 @@ class Hub:
         self.ring.restart(head)
         for connection in self.followers:
             connection.push_reset(reason, head)
+        self.registrations.mark_all()
 
     def board_event(self, revision: int, activity: dict[str, Any]) -> None:
         line = encode_line(hp.event(revision=revision, activity=activity))
@@ -240,13 +264,15 @@ class Hub:
         self.ring.append(revision, line)
         for connection in self.followers:
             connection.push_event(revision, line)
+        self.registrations.board_event(activity)
 
     def board_cursor(self, revision: int) -> None:
         self.revision = revision
 
     def board_streaming(self, connects: int) -> None:
-        if connects > 1:
-            self.registrations.board_reconnected()
+        # Every open, the first included: a card may have changed while the board was away (or
+        # before this hub could reach it at start), and the replay only names what it replays.
+        self.registrations.mark_all()
 
 
 class Connection:
@@ -278,10 +304,18 @@ class Connection:
         self.idle_ms = 0
         self.last_event_at = self._loop.time()
         self.last_write_at = self._loop.time()
+        #: The foreground card-brief watch this session carries, if any.
+        self.watcher: Watcher | None = None
         self._dispatch: dict[str, Callable[[dict[str, Any]], None]] = {
             "hello": lambda fields: self.send(hub.welcome()),
             "ping": lambda fields: self.send(hub.pong()),
             "follow": lambda fields: hub.start_follow(self, fields["after"], fields["idle_ms"]),
+        }
+        # Served in order: the reader waits for each, so answers keep the order of the requests.
+        self._async_dispatch: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
+            "watch": self._watch,
+            "watch-stop": self._watch_stop,
+            "watch-status": self._watch_status,
         }
 
     async def run(self) -> None:
@@ -324,24 +358,49 @@ class Connection:
                 try:
                     chunk = await asyncio.wait_for(self.reader.read(READ_CHUNK), timeout)
                 except TimeoutError:
-                    self._act(self.session.hello_timed_out())
+                    await self._act(self.session.hello_timed_out())
                     continue
                 if not chunk:
-                    self._act(self.session.feed_eof())
+                    await self._act(self.session.feed_eof())
                     return  # a follow stream goes on until idle, shutdown or a failed write
-                self._act(self.session.feed(chunk))
+                await self._act(self.session.feed(chunk))
         except (ConnectionError, OSError):
             self.abort()
 
-    def _act(self, actions: list[Send | Request | Close]) -> None:
+    async def _act(self, actions: list[Send | Request | Close]) -> None:
         for action in actions:
             if isinstance(action, Send):
                 self.send(action.message)
             elif isinstance(action, Request):
-                self._dispatch[action.type](action.fields)
+                serve = self._async_dispatch.get(action.type)
+                if serve is not None:
+                    await serve(action.fields)
+                else:
+                    self._dispatch[action.type](action.fields)
             else:
                 self._linger = action.reason in hp.FATAL_ERRORS
                 self.close_after_flush()
+
+    async def _watch(self, fields: dict[str, Any]) -> None:
+        try:
+            watcher = await self.hub.registrations.watch(fields, self)
+        except Refused as refused:
+            self.send(refused.message_line("watch"))
+            if not fields["detach"]:
+                self.session.watch_refused()
+            return
+        if watcher is not None:
+            self.watcher = watcher
+            self.begin_stream(0)
+
+    async def _watch_status(self, fields: dict[str, Any]) -> None:
+        self.send(await self.hub.registrations.status())
+
+    async def _watch_stop(self, fields: dict[str, Any]) -> None:
+        try:
+            self.send(await self.hub.registrations.stop_registration(fields["registration_id"]))
+        except Refused as refused:
+            self.send(refused.message_line("watch-stop"))
 
     # -- the writer side ----------------------------------------------------------------------
 
@@ -380,6 +439,10 @@ class Connection:
 
     def begin_follow(self, idle_ms: int) -> None:
         self.following = True
+        self.begin_stream(idle_ms)
+
+    def begin_stream(self, idle_ms: int) -> None:
+        """Heartbeats (and, for a follow, the idle bound) for a stream on this session."""
         self.idle_ms = idle_ms
         self.last_event_at = self._loop.time()
         self._arm_timer()

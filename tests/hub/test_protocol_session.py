@@ -6,7 +6,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.hub.protocol import Close, Request, Send, Session
+from services.hub.protocol import REQUEST_VALIDATORS, Close, Request, Send, Session
 from shared import hub_protocol as hp
 
 TOKEN = "th_secret"
@@ -101,10 +101,11 @@ def test_unknown_type_keeps_the_session() -> None:
     assert session.feed(line({"type": "ping"})) == [Request("ping")]
 
 
-def test_registration_requests_are_routed_but_not_served_yet() -> None:
-    session = greeted()
-    for kind in ("watch", "watch-status", "watch-stop"):
-        assert error_code(session.feed(line({"type": kind}))) == hp.NOT_AVAILABLE
+def test_a_declared_request_without_a_validator_is_not_available() -> None:
+    validators = {name: check for name, check in REQUEST_VALIDATORS.items() if name != "watch-stop"}
+    session = Session(TOKEN, validators=validators)
+    session.feed(line(hp.hello(TOKEN)))
+    assert error_code(session.feed(line({"type": "watch-stop", "registration_id": "w_1"}))) == hp.NOT_AVAILABLE
     assert not session.closed
 
 

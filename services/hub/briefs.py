@@ -1,0 +1,111 @@
+"""Card-brief files on disk: where they go, what may be written there, and writing them atomically.
+
+Shared by the hub's registrations and ``taskctl export watch --standalone``. The board renders a
+brief (``POST /api/v1/export``); only these functions put one on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from typing import Any, Final
+
+from shared import events
+
+#: ``--dir DIR`` writes ``DIR/.taskloom/<IDENTIFIER>/card.md`` (SPEC §8).
+DIR_LAYOUT: Final = (".taskloom", "card.md")
+#: What a card identifier looks like; anything else could name a path outside DIR.
+IDENTIFIER: Final = re.compile(r"[A-Z0-9][A-Z0-9-]*-[0-9]+")
+_RELATION_EVENTS: Final = frozenset({events.RELATION_ADDED, events.RELATION_REMOVED})
+
+
+def dir_target(directory: str, identifier: str) -> str:
+    """The brief of ``identifier`` under ``directory``; an identifier that could leave it is refused."""
+    if not IDENTIFIER.fullmatch(identifier):
+        raise ValueError(f"unexpected card identifier {identifier!r}")
+    return os.path.join(directory, DIR_LAYOUT[0], identifier, DIR_LAYOUT[1])
+
+
+def path_problem(path: str, *, directory: bool = False) -> str | None:
+    """Why ``path`` cannot be a brief file (or, with ``directory``, hold briefs); None if it can.
+
+    A directory where a file is meant is refused, and so is a file where a directory must be
+    (an ancestor): the write would fail later, after other cards were written.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if mode is not None:
+        if directory and not stat.S_ISDIR(mode):
+            return f"{path} exists and is not a directory"
+        if not directory and stat.S_ISDIR(mode):
+            return f"{path} is a directory; a brief is a file"
+        if not directory and not stat.S_ISREG(mode):
+            return f"{path} exists and is not a regular file"
+        return None
+    parent = os.path.dirname(path)
+    while parent and parent != os.path.dirname(parent):
+        try:
+            mode = os.stat(parent).st_mode
+        except FileNotFoundError:
+            parent = os.path.dirname(parent)
+            continue
+        except OSError as exc:
+            return f"{parent}: {exc.strerror}"
+        return None if stat.S_ISDIR(mode) else f"{parent} is not a directory"
+    return None
+
+
+def tasks_named(activity: dict[str, Any]) -> set[str] | None:
+    """The task ids whose briefs an activity row may change; None for a task-less row (refresh all).
+
+    A relation's row hangs off its target, but the source card's brief lists the relation too.
+    """
+    task_id = activity.get("task_id")
+    if not task_id:
+        return None
+    named = {str(task_id)}
+    if activity.get("event") in _RELATION_EVENTS:
+        changes = activity.get("changes") or {}
+        named.update(str(changes[end]) for end in ("source", "target") if changes.get(end))
+    return named
+
+
+def write_brief(path: str, data: bytes) -> bool:
+    """Write ``data`` to ``path`` atomically; False (and nothing written) when it already holds it.
+
+    Temp file in the same directory, fsync, rename, then fsync the directory: a reader sees the
+    old brief or the new one, never a part, and a crash leaves one of the two.
+    """
+    directory = os.path.dirname(path)
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(len(data) + 1) == data:
+                return False
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+    temp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+    if hasattr(os, "O_DIRECTORY"):
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return True
