@@ -46,7 +46,7 @@ def _check_body(body: str) -> None:
             "REPORT_INVALID",
             f"the report is not acceptable: {'; '.join(problems)}",
             details={"problems": problems},
-            hint="start from the template at GET /api/v1/reports/template",
+            hint="start from the template: taskctl report template (or GET /api/v1/reports/template)",
         )
 
 
