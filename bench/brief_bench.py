@@ -17,7 +17,6 @@ atomic write). The render cost alone (one export request, one atomic write) is t
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -35,6 +34,8 @@ import orjson
 from services.hub.briefs import write_brief
 from shared import hub_protocol as hp
 
+from bench.support import read_json, wait_for
+
 COMMAND = ".venv/bin/python -m bench brief"
 CARDS = 20
 RATE = 50  # writes per second, spread round-robin over the cards
@@ -46,23 +47,6 @@ RUNS = (
 POLL = 0.002
 RENDER_SAMPLES = 200
 BIN = Path(sys.executable).parent
-
-
-def _wait_for(what: str, check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)  # polling a file another process writes; not a test
-    raise RuntimeError(f"timed out waiting for {what}")
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _stop(popen: subprocess.Popen[bytes]) -> None:
@@ -81,7 +65,7 @@ def start_board(folder: Path, env: dict[str, str]) -> tuple[subprocess.Popen[byt
         env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "taskd.log", "wb"), stdin=subprocess.DEVNULL,
     )
     board_json = folder / "run" / "board.json"
-    pointer = _wait_for("taskd's pointer", lambda: (p := _read_json(board_json)) and p.get("pid") == popen.pid and p)
+    pointer = wait_for("taskd's pointer", lambda: (p := read_json(board_json)) and p.get("pid") == popen.pid and p)
     return popen, pointer["url"], (data_dir / "token").read_text().strip()
 
 
@@ -95,7 +79,7 @@ def start_hub(folder: Path, env: dict[str, str], url: str, token: str, cadence: 
         stdin=subprocess.DEVNULL,
     )
     pointer_path = folder / "run" / f"hub-{hp.hub_key(url, token)}.json"
-    pointer = _wait_for("taskhub's pointer", lambda: (p := _read_json(pointer_path)) and p.get("pid") == popen.pid and p)
+    pointer = wait_for("taskhub's pointer", lambda: (p := read_json(pointer_path)) and p.get("pid") == popen.pid and p)
     return popen, pointer
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import statistics
 import subprocess
@@ -31,6 +30,8 @@ import orjson
 from shared import hub_protocol as hp
 from shared.sse import SSEMessage, SSEParser
 
+from bench.support import read_json, wait_for
+
 COMMAND = ".venv/bin/python -m bench hub"
 FOLLOWERS = 50
 RATE = 200  # writes per second
@@ -40,23 +41,6 @@ REPLAY_FRAMES = hp.RING_SIZE
 REPLAY_RUNS = 5
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BIN = Path(sys.executable).parent
-
-
-def _wait_for(what: str, check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)  # polling a file another process writes; not a test
-    raise RuntimeError(f"timed out waiting for {what}")
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 @dataclass
@@ -87,7 +71,7 @@ def start_board(folder: Path, env: dict[str, str]) -> tuple[Process, str, str]:
         env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "taskd.log", "wb"), stdin=subprocess.DEVNULL,
     )
     board_json = folder / "run" / "board.json"
-    pointer = _wait_for("taskd's pointer", lambda: (p := _read_json(board_json)) and p.get("pid") == popen.pid and p)
+    pointer = wait_for("taskd's pointer", lambda: (p := read_json(board_json)) and p.get("pid") == popen.pid and p)
     return Process(popen), pointer["url"], (data_dir / "token").read_text().strip()
 
 
@@ -98,7 +82,7 @@ def start_hub(folder: Path, env: dict[str, str], url: str, token: str) -> tuple[
         stdin=subprocess.DEVNULL,
     )
     pointer_path = folder / "run" / f"hub-{hp.hub_key(url, token)}.json"
-    pointer = _wait_for("taskhub's pointer", lambda: (p := _read_json(pointer_path)) and p.get("pid") == popen.pid and p)
+    pointer = wait_for("taskhub's pointer", lambda: (p := read_json(pointer_path)) and p.get("pid") == popen.pid and p)
     return Process(popen), pointer
 
 
