@@ -11,11 +11,12 @@ import functools
 import hashlib
 import hmac
 import ipaddress
-import os
 import secrets
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from .files import write_atomic
 
 TOKEN_PREFIX = "tl_"
 SESSION_COOKIE = "taskloom_session"
@@ -34,15 +35,7 @@ def is_token(text: str) -> bool:
 
 def write_token(path: Path, token: str) -> None:
     """Write the token owner-only, atomically, so no reader ever sees a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, (token + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+    write_atomic(path, (token + "\n").encode())
 
 
 def load_or_create_token(path: Path) -> str:

@@ -13,6 +13,8 @@ from typing import Any
 
 from shared.paths import BOARD_POINTER
 
+from .files import write_atomic
+
 
 def ensure_private_dir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -22,14 +24,7 @@ def ensure_private_dir(path: Path) -> None:
 def write_pointer(runtime: Path, record: dict[str, Any]) -> Path:
     ensure_private_dir(runtime)
     target = runtime / BOARD_POINTER
-    temp = runtime / f".{BOARD_POINTER}.{os.getpid()}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=2)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, target)
+    write_atomic(target, (json.dumps(record, indent=2) + "\n").encode())
     return target
 
 

@@ -13,7 +13,6 @@ import hashlib
 import os
 import re
 import sqlite3
-import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -24,6 +23,7 @@ from shared.errors import TaskloomError, not_found, validation
 from .. import domain
 from ..queries import require_task
 from ..store import Tx
+from ..files import write_atomic
 from .common import load_task, new_id, refuse_archived
 
 FILENAME_MAX_CHARS = 255
@@ -99,17 +99,7 @@ def write_blob(root: Path, data: bytes, sha256: str | None = None) -> str:
     path = blob_path(root, sha256)
     if path.is_file():
         return sha256
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=".upload-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, data)
     _fsync_directory(path.parent)
     return sha256
 
