@@ -21,8 +21,6 @@ from .support_connections import (
     request_head,
 )
 
-pytestmark = pytest.mark.asyncio
-
 #: Short deadlines for the test, seconds (the defaults are 30, 10, 30); the head's is the longest,
 #: so a head cut off at HEAD shows that the idle deadline stopped counting once the head began.
 IDLE, HEAD, BODY = 1.0, 2.0, 1.0

@@ -8,10 +8,13 @@ and ``Retry-After``, never a reset; the board raises its soft limit to the hard 
 from __future__ import annotations
 
 import asyncio
+import plistlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from services.subscriber import units
 
 from .support_connections import (
     LOW_NOFILE,
@@ -24,11 +27,11 @@ from .support_connections import (
     request_head,
 )
 
-pytestmark = pytest.mark.asyncio
-
 RESERVE = 64
 #: More connections than the board may open at all.
 FLOOD = LOW_NOFILE + 100
+#: A shipped unit must lift the limit well above the common default of 1024.
+UNIT_NOFILE_FLOOR = 4096
 
 
 @pytest.fixture
@@ -114,3 +117,16 @@ async def test_streams_beyond_the_descriptor_reserve_get_503_never_a_reset(proce
     finally:
         for writer in streams:
             writer.close()
+
+
+def test_every_shipped_unit_lifts_the_open_file_limit() -> None:
+    for supervisor, files in units.UNIT_FILES.items():
+        for role, name in files.items():
+            text = (units.DEPLOY_DIR / supervisor / name).read_text()
+            if supervisor == units.SYSTEMD:
+                service = text.split("[Service]", 1)[1].split("\n[", 1)[0]
+                values = [line.split("=", 1)[1] for line in service.splitlines() if line.startswith("LimitNOFILE=")]
+                assert len(values) == 1 and int(values[0]) >= UNIT_NOFILE_FLOOR, (name, values)
+            else:
+                limits = plistlib.loads(text.encode()).get("SoftResourceLimits", {})
+                assert limits.get("NumberOfFiles", 0) >= UNIT_NOFILE_FLOOR, (name, limits)
