@@ -1,11 +1,13 @@
-# Each target sets up .venv itself, so a fresh clone needs nothing but Python 3.11+.
+# Each target sets up .venv itself, so a fresh clone needs nothing but Python 3.11+; `make test`
+# also installs the system programs the suite runs (scripts/ensure-system-deps), or stops with
+# the command that does.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test bench clean
+.PHONY: run deps test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,9 +24,13 @@ $(STAMP_TEST): pyproject.toml | $(BIN)/python
 run: $(STAMP_RUN)
 	$(BIN)/taskd serve
 
-test: $(STAMP_TEST)
+deps:
+	scripts/ensure-system-deps
+
+# A skipped test fails the run (tests/conftest.py), so a green run ran every test.
+test: deps $(STAMP_TEST)
 	$(BIN)/python -m pytest -q
-	@if command -v node >/dev/null 2>&1 && [ -d tests/js ]; then node --test tests/js/; fi
+	node --test tests/js/
 
 bench: $(STAMP_TEST)
 	$(BIN)/python -m bench

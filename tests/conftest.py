@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 
 from tests.support.board import BoardClient, RunningBoard, TaskdProcess, start_board
+from tests.support.no_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
 
 
 @pytest.fixture

@@ -37,6 +37,14 @@ class BoardSettings:
     claim_fresh_seconds: float = 10 * 60
     claim_stale_seconds: float = 6 * 60 * 60
     archive_quiet_seconds: float = 0.0
+    #: Connection deadlines, seconds (services/board/connections.py): idle keep-alive, a request
+    #: head from its first byte, a request body between two reads.
+    idle_timeout: float = 30.0
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    #: Descriptors kept free for /health and ordinary requests: new streams are refused below
+    #: this many free, idle connections are closed below half of it.
+    descriptor_reserve: int = 128
 
     @property
     def database_path(self) -> Path:

@@ -15,6 +15,8 @@ from shared.paths import data_dir as default_data_dir
 from shared.paths import runtime_dir
 
 from .app import CREDENTIALS, STORE, BoardSettings, configure_logging, create_app
+from .connections import BoardRunner, ConnectionLimits, listen_backlog
+from .descriptors import raise_nofile_limit
 from .pointer import remove_pointer_if_mine, write_pointer
 from .store import SchemaTooNew
 
@@ -28,9 +30,10 @@ async def serve(settings: BoardSettings) -> None:
     from aiohttp import web
 
     app = create_app(settings)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    limits = connection_limits(settings)
+    runner = BoardRunner(app, limits=limits, handle_signals=False, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
+    site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True, backlog=listen_backlog(limits))
     await site.start()
     server = site._server
     port = server.sockets[0].getsockname()[1] if server and server.sockets else settings.port
@@ -75,6 +78,22 @@ async def serve(settings: BoardSettings) -> None:
         log.info("board_stopped")
 
 
+def connection_limits(settings: BoardSettings) -> ConnectionLimits:
+    return ConnectionLimits(
+        idle_timeout=settings.idle_timeout,
+        header_timeout=settings.header_timeout,
+        body_timeout=settings.body_timeout,
+        descriptor_reserve=settings.descriptor_reserve,
+    )
+
+
+def raise_open_file_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit: each connection and stream costs a descriptor."""
+    limit = raise_nofile_limit()
+    if limit is not None:
+        log.info("open_file_limit", soft=limit.soft, hard=limit.hard, raised_from=limit.before)
+
+
 @click.group(context_settings={"auto_envvar_prefix": "TASKLOOM", "help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Taskloom board: HTTP API, web UI and live event stream over one SQLite file."""
@@ -88,6 +107,14 @@ def main() -> None:
 @click.option("--ping-interval", default=15.0, show_default=True, type=click.FloatRange(min=0.01), help="Seconds between SSE pings.")
 @click.option("--max-streams", default=1024, show_default=True, type=click.IntRange(min=1))
 @click.option("--stream-lifetime", type=click.FloatRange(min=0.01), help="End each SSE stream after this many seconds.")
+@click.option("--idle-timeout", default=BoardSettings.idle_timeout, show_default=True, type=click.FloatRange(min=0.01),
+              help="Close a keep-alive connection idle this many seconds.")
+@click.option("--header-timeout", default=BoardSettings.header_timeout, show_default=True,
+              type=click.FloatRange(min=0.01), help="Seconds a request head may take from its first byte.")
+@click.option("--body-timeout", default=BoardSettings.body_timeout, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds a request body may go without progress.")
+@click.option("--descriptor-reserve", default=BoardSettings.descriptor_reserve, show_default=True,
+              type=click.IntRange(min=8), help="File descriptors kept for /health and ordinary requests.")
 def serve_command(
     host: str,
     port: int,
@@ -96,6 +123,10 @@ def serve_command(
     ping_interval: float,
     max_streams: int,
     stream_lifetime: float | None,
+    idle_timeout: float,
+    header_timeout: float,
+    body_timeout: float,
+    descriptor_reserve: int,
 ) -> None:
     """Run the board until SIGINT or SIGTERM."""
     configure_logging(json=not sys.stderr.isatty())
@@ -108,7 +139,12 @@ def serve_command(
         ping_interval=ping_interval,
         max_streams=max_streams,
         stream_lifetime=stream_lifetime,
+        idle_timeout=idle_timeout,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        descriptor_reserve=descriptor_reserve,
     )
+    raise_open_file_limit()
     try:
         import uvloop
 

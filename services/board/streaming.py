@@ -16,6 +16,7 @@ from aiohttp import web
 
 from shared.errors import TaskloomError
 
+from .descriptors import fewer_free_than
 from .logreader import LogReader
 from .stream import DISCONNECTED, SERVER_STOPPING, Stream
 
@@ -32,8 +33,11 @@ SWEEP_MAX: Final = 1.0
 class StreamRegistry:
     """The open streams: admission against ``max_streams``, pings, lifetimes, dead peers, shutdown."""
 
-    def __init__(self, *, max_streams: int, ping_interval: float, lifetime: float | None) -> None:
+    def __init__(
+        self, *, max_streams: int, ping_interval: float, lifetime: float | None, descriptor_reserve: int = 0
+    ) -> None:
         self.max_streams = max_streams
+        self.descriptor_reserve = descriptor_reserve
         self.ping_interval = ping_interval
         self.lifetime = lifetime
         self.stopping = False
@@ -54,6 +58,19 @@ class StreamRegistry:
                 f"this board serves at most {self.max_streams} streams at once",
                 details={"max_streams": self.max_streams, "retry_after": RETRY_AFTER_SECONDS},
                 hint="close an idle stream, or start taskd with a larger --max-streams",
+            )
+        # A stream holds its descriptor for as long as it lives; the last ones are kept for
+        # /health and ordinary requests, which give theirs back.
+        if fewer_free_than(self.descriptor_reserve, known_open=len(self._streams)):
+            raise TaskloomError(
+                "TOO_MANY_STREAMS",
+                "this board is short of file descriptors and takes no new stream now",
+                details={
+                    "reason": "descriptors",
+                    "descriptor_reserve": self.descriptor_reserve,
+                    "retry_after": RETRY_AFTER_SECONDS,
+                },
+                hint="close idle streams, or raise the board's open-file limit (LimitNOFILE= in its unit)",
             )
 
     async def serve(self, stream: Stream) -> web.StreamResponse:
@@ -132,6 +149,7 @@ def setup(app: web.Application) -> None:
         max_streams=settings.max_streams,
         ping_interval=settings.ping_interval,
         lifetime=settings.stream_lifetime,
+        descriptor_reserve=settings.descriptor_reserve,
     )
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:

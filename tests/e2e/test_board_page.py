@@ -87,7 +87,7 @@ class Board:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed: apt-get install chromium (.ci/run does it)")
+        pytest.fail("Debian's chromium is not installed: run make deps (or: sudo apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -216,10 +216,10 @@ def status(sub: SubscriberProcess) -> subprocess.CompletedProcess[str]:
                           check=False, capture_output=True, text=True, env=sub.env(), timeout=30)
 
 
-@pytest.mark.skipif(not date_has_nanoseconds(), reason="needs GNU date +%N to time the command's start")
 async def test_the_loop_wakes_on_work_only_and_survives_a_killed_hub(
     board: tuple[TaskdProcess, BoardClient], subscriber: SubscriberProcess
 ) -> None:
+    assert date_has_nanoseconds(), "needs GNU date +%N (coreutils) to time the command's start"
     taskd, client = board
     await subscriber.start()
     await subscriber.ready()

@@ -109,8 +109,8 @@ def test_a_value_a_unit_cannot_hold_is_refused(tmp_path: Path) -> None:
         units.render("upstart", values(tmp_path))
 
 
-@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed")
 def test_systemd_analyze_verifies_the_rendered_units(tmp_path: Path) -> None:
+    assert SYSTEMD_ANALYZE, "systemd-analyze is not installed: run make deps (or: sudo apt-get install -y systemd)"
     rendered = units.render("systemd", values(tmp_path, supervised_hub=True), hub=True)
     unit_dir = tmp_path / "units"
     unit_dir.mkdir()

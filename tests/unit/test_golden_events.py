@@ -185,7 +185,7 @@ def test_activity_frame_matches_golden_fixture(tmp_path: Path) -> None:
 def test_fixture_check_catches_drift(tmp_path: Path) -> None:
     """The comparison itself must be able to fail: one changed byte is drift."""
     if REGENERATE:
-        pytest.skip("regenerating")
+        pytest.fail("regenerating the fixtures; run again without TASKLOOM_REGENERATE_GOLDEN")
     path = tmp_path / "task_moved.json"
     path.write_bytes(encode(golden_changes(events.TASK_MOVED)).replace(b"deliveryRound", b"delivery_round"))
     with pytest.raises(AssertionError, match="drifted"):
