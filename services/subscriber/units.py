@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-#: The templates, at the root of the source tree (SPEC §2 ``deploy/``).
-DEPLOY_DIR: Final = Path(__file__).resolve().parents[2] / "deploy"
+#: The templates, shipped inside this package.
+DEPLOY_DIR: Final = Path(__file__).resolve().parent / "deploy"
 
 SYSTEMD: Final = "systemd"
 LAUNCHD: Final = "launchd"
