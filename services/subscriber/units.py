@@ -1,9 +1,10 @@
 """Render the service units with this machine's paths (SPEC §13).
 
 Two supervisors: systemd user units (``deploy/systemd/*.service``) and launchd agents
-(``deploy/launchd/*.plist``), both package data of ``services.subscriber``. Templates hold ``{name}`` placeholders; values come from
-``UnitValues``. Rendering quotes each value for where it lands, so a path with a space or an
-``--on-wake`` command with quotes, ``$`` or ``%`` reaches the process exactly as given:
+(``deploy/launchd/*.plist``), both package data of ``services.subscriber``. Templates hold
+``{name}`` placeholders; values come from ``UnitValues``. Rendering quotes each value for where
+it lands, so a path with a space or an ``--on-wake`` command with quotes, ``$`` or ``%`` reaches
+the process exactly as given:
 
 - systemd ``ExecStart=``: one word per value (a list value is several words), double-quoted with
   C escapes when needed, ``%`` → ``%%`` (specifiers) and ``$`` → ``$$`` (variable expansion);

@@ -108,7 +108,8 @@ def test_the_data_directory_is_found_as_the_readme_states() -> None:
 
 def test_the_loop_state_directory_is_found_as_stated(monkeypatch: pytest.MonkeyPatch) -> None:
     flag, env_var, sub = stated(
-        "docs/operations.md", r"the loop's state directory \(`(--state-dir)`, else `(TASKLOOM_LOOP_STATE_DIR)`, else `<data dir>/(\w+)`\)"
+        "docs/operations.md",
+        r"the loop's state directory \(`(--state-dir)`, else `(TASKLOOM_LOOP_STATE_DIR)`, else `<data dir>/(\w+)`\)",
     )
     assert option(SUBSCRIBE, flag) and option(loop_cmd.loop.commands["status"], flag)
     monkeypatch.setenv(env_var, "/state")
@@ -165,7 +166,8 @@ def test_every_subscriber_interval_has_the_stated_hidden_option_and_variable() -
 def test_the_subscriber_reconnect_ladder_and_silence_are_the_stated_ones() -> None:
     low, high, silence, beats = stated(
         "docs/operations.md",
-        r"its own reconnect ladder \((\d+) s doubling to (\d+) s, .*? treats (\d+) s without any record \((\w+) missed hub heartbeats\)",
+        r"its own reconnect ladder \((\d+) s doubling to (\d+) s, .*? "
+        r"treats (\d+) s without any record \((\w+) missed hub heartbeats\)",
     )
     assert option(SUBSCRIBE, "--reconnect-min").default == runner.RECONNECT_MIN == number(low)
     assert option(SUBSCRIBE, "--reconnect-max").default == runner.RECONNECT_MAX == number(high)
@@ -188,7 +190,9 @@ def test_the_files_and_variables_shared_with_the_supervisor_are_the_stated_ones(
 
 def test_the_units_are_the_stated_files_and_commands(tmp_path: Path) -> None:
     systemd_dir, systemd_stem, launchd_dir, launchd_stem = stated(
-        "docs/operations.md", r"It writes `~/([\w./]+)/([\w-]+)\{board,subscriber\}\.service` \(or `~/([\w/]+)/([\w.]+)\{board,subscriber\}\.plist`\)"
+        "docs/operations.md",
+        r"It writes `~/([\w./]+)/([\w-]+)\{board,subscriber\}\.service` "
+        r"\(or `~/([\w/]+)/([\w.]+)\{board,subscriber\}\.plist`\)",
     )
     assert units.unit_dir(units.SYSTEMD, environ={}, home=HOME) == HOME / systemd_dir
     assert units.unit_dir(units.LAUNCHD, environ={}, home=HOME) == HOME / launchd_dir
@@ -317,7 +321,8 @@ def test_the_hub_timeouts_are_the_stated_ones() -> None:
         r"reconnects on a ladder \((\d+) s doubling to (\d+) s;.*?no byte for (\d+) s \(the board pings every (\d+) s\)",
     )
     assert (hp.RECONNECT_MIN, hp.RECONNECT_MAX) == (number(low), number(high))
-    assert (option(HUB_SERVE, "--reconnect-min").default, option(HUB_SERVE, "--reconnect-max").default) == (number(low), number(high))
+    ladder = (option(HUB_SERVE, "--reconnect-min").default, option(HUB_SERVE, "--reconnect-max").default)
+    assert ladder == (number(low), number(high))
     assert board_link.READ_TIMEOUT == number(silent)
     assert option(BOARD_SERVE, "--ping-interval").default == number(ping)
 
@@ -327,7 +332,8 @@ def test_the_brief_cadence_is_the_stated_one() -> None:
         "docs/hub-protocol.md",
         r"a batch starts (\d+) ms after the last mark, at most (\d+) s after the first unserved one, and no sooner than (\d+) s",
     )
-    assert (hp.REFRESH_DEBOUNCE, hp.REFRESH_MAX_WAIT, hp.REFRESH_FLOOR) == (number(debounce_ms) / 1000, number(max_wait), number(floor))
+    cadence = (hp.REFRESH_DEBOUNCE, hp.REFRESH_MAX_WAIT, hp.REFRESH_FLOOR)
+    assert cadence == (number(debounce_ms) / 1000, number(max_wait), number(floor))
 
 
 def test_the_hub_knobs_are_the_stated_options_variables_and_defaults() -> None:
@@ -341,17 +347,19 @@ def test_the_hub_knobs_are_the_stated_options_variables_and_defaults() -> None:
         assert knob.hidden == (flag in hidden and flag not in visible), flag
         if default:
             assert knob.default == number(default), flag
-    declared = {param.envvar for param in HUB_SERVE.params if isinstance(param.envvar, str) and param.envvar.startswith("TASKLOOM_HUB_")}
+    declared = {param.envvar for param in HUB_SERVE.params
+                if isinstance(param.envvar, str) and param.envvar.startswith("TASKLOOM_HUB_")}
     assert declared == {env_var for _, env_var, _ in pairs}, "a hub knob is missing from the doc's list"
     standalone = {node.value for node in ast.walk(parse(ROOT / "taskctl/export_cmd.py"))
-                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("TASKLOOM_HUB_REFRESH")}
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and node.value.startswith("TASKLOOM_HUB_REFRESH")}
     assert standalone == {env_var for _, env_var, _ in pairs if "REFRESH" in env_var}
 
 
 def test_the_hub_key_is_computed_as_stated() -> None:
-    assert "`sha256(resolved board URL + \"\\n\" + token fingerprint)[:16]`, where the fingerprint is `sha256(board token)[:16]`" in text(
-        "docs/hub-protocol.md"
-    )
+    formula = ("`sha256(resolved board URL + \"\\n\" + token fingerprint)[:16]`, "
+               "where the fingerprint is `sha256(board token)[:16]`")
+    assert formula in text("docs/hub-protocol.md")
     url, token = "HTTP://LocalHost:7431/", "tl_" + "ab" * 32
     fingerprint = hashlib.sha256(token.encode()).hexdigest()[:16]
     expected = hashlib.sha256(f"{hp.resolve_board_url(url)}\n{fingerprint}".encode()).hexdigest()[:16]
@@ -406,7 +414,8 @@ async def test_the_hub_files_have_the_stated_names_modes_and_pointer(board: Runn
 async def test_the_token_file_and_cookie_are_as_stated(board: RunningBoard) -> None:
     (readme_mode,) = stated("README.md", r"the API token in `token` \(mode (0\d{3})\)")
     prefix, hex_digits, arch_mode = stated(
-        "docs/architecture.md", r"`<data_dir>/token` holds `(\w+)` \+ (\d+) hex characters, created on first start with mode (0\d{3})"
+        "docs/architecture.md",
+        r"`<data_dir>/token` holds `(\w+)` \+ (\d+) hex characters, created on first start with mode (0\d{3})",
     )
     token_path = board.data_dir / "token"
     assert mode(token_path) == readme_mode == arch_mode
@@ -421,7 +430,9 @@ async def test_the_store_figures_are_the_stated_ones(board: RunningBoard) -> Non
     assert store.MAX_BATCH == int(batch)
     (busy,) = stated("docs/architecture.md", r"`busy_timeout` only matters against \*other\* processes .*? it is (\d+) s")
     assert store.BUSY_TIMEOUT_MS == number(busy) * 1000
-    poll_ms, page = stated("docs/architecture.md", r"\(every (\d+) ms by default\).*?reads the rows with `revision > position` \((\d+) at a time\)")
+    poll_ms, page = stated(
+        "docs/architecture.md", r"\(every (\d+) ms by default\).*?reads the rows with `revision > position` \((\d+) at a time\)"
+    )
     assert board_app.BoardSettings(data_dir=Path("/d")).external_poll_interval == number(poll_ms) / 1000
     assert logreader.LIVE_PAGE == int(page)
     (sync,) = stated("docs/architecture.md", r"SQLite in WAL mode with `synchronous=(\w+)`")
@@ -531,4 +542,5 @@ def test_taskctl_does_not_use_aiohttp_as_the_dependencies_doc_states() -> None:
 def test_the_test_only_packages_stay_out_of_the_product() -> None:
     assert "Never imported by `services/`, `shared/` or `taskctl/`" in text("docs/dependencies.md")
     product = _imported_modules("services") | _imported_modules("shared") | _imported_modules("taskctl")
-    assert not {module.split(".")[0] for module in product} & {"httpx", "httpx_sse", "openapi_spec_validator", "pytest", "hypothesis"}
+    test_only = {"httpx", "httpx_sse", "openapi_spec_validator", "pytest", "hypothesis"}
+    assert not {module.split(".")[0] for module in product} & test_only
