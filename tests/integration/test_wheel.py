@@ -150,6 +150,13 @@ def _get(url: str, **headers: str) -> tuple[int, bytes, dict[str, str]]:
         return response.status, response.read(), dict(response.headers)
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def _post(url: str, body: dict[str, Any], **headers: str) -> tuple[int, Any]:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json", **headers}
@@ -199,6 +206,20 @@ def test_taskd_from_the_wheel_applies_its_migrations_and_serves_the_page(install
         status, created = _post(f"{url}/api/v1/projects", {"id": "wheel"}, Authorization=f"Bearer {token}",
                                 **{"X-Taskloom-Actor": "ann", "X-Taskloom-Actor-Kind": "human"})
         assert status == 201 and created["id"] == "wheel"
+
+        # The hub a client starts on demand (`python -m services.hub.cli`) runs from the wheel too.
+        hub_env = {"TASKLOOM_RUNTIME_DIR": str(runtime), "TASKLOOM_TOKEN": token}
+        follow = installed.run(str(installed.bin / "taskctl"), "events", "follow", "--url", url, "--idle", "0.5", **hub_env)
+        assert follow.returncode == 0, follow.stdout + follow.stderr
+        records = [json.loads(line)["type"] for line in follow.stdout.splitlines()]
+        assert records[0] == "open" and records[-1] == "idle", records
+        (pointer_path,) = runtime.glob("hub-*.json")
+        hub_pid = json.loads(pointer_path.read_text())["pid"]
+        hub_argv = Path(f"/proc/{hub_pid}/cmdline").read_bytes().split(b"\0")
+        assert hub_argv[0].decode() == str(installed.bin / "python") and b"services.hub.cli" in hub_argv
+        stopped = installed.run(str(installed.bin / "taskctl"), "events", "hub", "--stop", "--url", url, **hub_env)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        wait_until(lambda: not Path(f"/proc/{hub_pid}").exists() or _zombie(hub_pid), timeout=20, what="the hub to exit")
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
