@@ -72,6 +72,26 @@ def resolve_token(board_url: str, token_file: Path | None, environ: MutableMappi
     raise click.ClickException(f"no board token: set {TOKEN_ENV} or pass --token-file")
 
 
+def open_log(files: HubFiles, *, to_stderr: bool | None, stderr: TextIO) -> tuple[TextIO, Path | None]:
+    """Where the log lines go, and the file the pointer names (``None``: only the hub's stderr).
+
+    Under a supervisor stderr is the journal (systemd) or the agent's log file (launchd), which
+    also catch a traceback the logger never sees, so lines go there and ``hub-<key>.log`` is not
+    written: one copy, rotated by the supervisor. In a terminal they go to the file, as they do for
+    a hub a client starts (its stderr *is* that file, so either way it gets one copy).
+    """
+    if to_stderr is None:
+        to_stderr = not stderr.isatty()
+    if not to_stderr:
+        return os.fdopen(open_private(files.log, os.O_WRONLY | os.O_APPEND), "a", buffering=1, encoding="utf-8"), files.log
+    try:
+        ours, theirs = os.fstat(stderr.fileno()), os.stat(files.log)
+        same = (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
+    except (OSError, ValueError):
+        same = False
+    return stderr, files.log if same else None
+
+
 def configure_logging(stream: TextIO, *, secret: str) -> None:
     """structlog JSON lines; the board token is scrubbed from every line as a last line of defence."""
 
@@ -92,7 +112,7 @@ def configure_logging(stream: TextIO, *, secret: str) -> None:
     )
 
 
-async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock) -> None:
+async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock, *, log_file: Path | None) -> None:
     hub = Hub(settings)
     await hub.start()
     write_json_atomic(
@@ -104,7 +124,7 @@ async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock) -> None:
             "pid": os.getpid(),
             "port": hub.port,
             "token": hub.token,
-            "log": str(files.log),
+            "log": str(log_file) if log_file is not None else None,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(hub.started_at)),
         },
     )
@@ -158,6 +178,9 @@ def main() -> None:
               envvar="TASKLOOM_HUB_REFRESH_MAX_WAIT")
 @click.option("--refresh-floor", default=hp.REFRESH_FLOOR, type=click.FloatRange(min=0), hidden=True,
               envvar="TASKLOOM_HUB_REFRESH_FLOOR")
+@click.option("--log-stderr/--no-log-stderr", default=None,
+              help="Log JSON lines to stderr (a supervisor's journal) instead of hub-<key>.log "
+                   "[default: stderr when it is not a terminal].")
 @click.option("--lock-fd", type=int, hidden=True, help="The owner lock, locked and passed down by the starter.")
 def serve_command(
     board_url: str,
@@ -172,6 +195,7 @@ def serve_command(
     refresh_debounce: float,
     refresh_max_wait: float,
     refresh_floor: float,
+    log_stderr: bool | None,
     lock_fd: int | None,
 ) -> None:
     """Serve until SIGINT/SIGTERM or the idle exit (for supervisors: pass --idle-exit 0)."""
@@ -190,8 +214,8 @@ def serve_command(
         if acquired is None:
             raise click.ClickException(f"another hub (pid {read_lock_pid(files)}) holds {files.lock}")
         lock = acquired
-    log_fd = open_private(files.log, os.O_WRONLY | os.O_APPEND)
-    configure_logging(os.fdopen(log_fd, "a", buffering=1, encoding="utf-8"), secret=token)
+    log_stream, log_file = open_log(files, to_stderr=log_stderr, stderr=sys.stderr)
+    configure_logging(log_stream, secret=token)
     settings = HubSettings(
         board_url=board_url,
         board_token=token,
@@ -211,9 +235,9 @@ def serve_command(
     try:
         import uvloop
     except ImportError:
-        asyncio.run(run(settings, files, lock))
+        asyncio.run(run(settings, files, lock, log_file=log_file))
     else:
-        uvloop.run(run(settings, files, lock))
+        uvloop.run(run(settings, files, lock, log_file=log_file))
 
 
 if __name__ == "__main__":

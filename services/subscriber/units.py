@@ -1,9 +1,10 @@
-"""Render the service units in ``deploy/`` with this machine's paths (SPEC §13).
+"""Render the service units with this machine's paths (SPEC §13).
 
 Two supervisors: systemd user units (``deploy/systemd/*.service``) and launchd agents
-(``deploy/launchd/*.plist``). Templates hold ``{name}`` placeholders; values come from
-``UnitValues``. Rendering quotes each value for where it lands, so a path with a space or an
-``--on-wake`` command with quotes, ``$`` or ``%`` reaches the process exactly as given:
+(``deploy/launchd/*.plist``), both package data of ``services.subscriber``. Templates hold
+``{name}`` placeholders; values come from ``UnitValues``. Rendering quotes each value for where
+it lands, so a path with a space or an ``--on-wake`` command with quotes, ``$`` or ``%`` reaches
+the process exactly as given:
 
 - systemd ``ExecStart=``: one word per value (a list value is several words), double-quoted with
   C escapes when needed, ``%`` → ``%%`` (specifiers) and ``$`` → ``$$`` (variable expansion);
@@ -24,11 +25,14 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Final
 
-#: The templates, at the root of the source tree (SPEC §2 ``deploy/``).
-DEPLOY_DIR: Final = Path(__file__).resolve().parents[2] / "deploy"
+#: The templates are package data (pyproject ``[tool.setuptools.package-data]``), read through
+#: importlib.resources so an installed wheel renders the same units as a source checkout.
+TEMPLATES: Final[Traversable] = resources.files("services.subscriber") / "deploy"
 
 SYSTEMD: Final = "systemd"
 LAUNCHD: Final = "launchd"
@@ -159,7 +163,9 @@ def roles(*, hub: bool) -> tuple[str, ...]:
 # -- rendering ----------------------------------------------------------------------------------
 
 
-def render(supervisor: str, values: UnitValues, *, hub: bool = False, templates: Path = DEPLOY_DIR) -> list[RenderedUnit]:
+def render(
+    supervisor: str, values: UnitValues, *, hub: bool = False, templates: Traversable = TEMPLATES
+) -> list[RenderedUnit]:
     """Every unit for ``supervisor``, rendered with ``values``."""
     if supervisor not in SUPERVISORS:
         raise UnitError(f"unknown supervisor {supervisor!r}; choose {' or '.join(SUPERVISORS)}")
