@@ -16,7 +16,7 @@ from shared.paths import runtime_dir
 
 from .app import CREDENTIALS, STORE, BoardSettings, configure_logging, create_app
 from .connections import BoardRunner, ConnectionLimits, listen_backlog
-from .descriptors import raise_nofile_limit
+from .descriptors import raise_nofile_limit, reserve_within
 from .pointer import remove_pointer_if_mine, write_pointer
 from .store import SchemaTooNew
 
@@ -87,11 +87,18 @@ def connection_limits(settings: BoardSettings) -> ConnectionLimits:
     )
 
 
-def raise_open_file_limit() -> None:
-    """Raise the soft RLIMIT_NOFILE to the hard limit: each connection and stream costs a descriptor."""
+def raise_open_file_limit(*, reserve: int) -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (each connection and stream costs a
+    descriptor); the descriptor reserve that limit affords."""
     limit = raise_nofile_limit()
-    if limit is not None:
-        log.info("open_file_limit", soft=limit.soft, hard=limit.hard, raised_from=limit.before)
+    if limit is None:
+        return reserve
+    log.info("open_file_limit", soft=limit.soft, hard=limit.hard, raised_from=limit.before)
+    affordable = reserve_within(reserve, soft=limit.soft)
+    if affordable != reserve:
+        log.warning("descriptor_reserve_lowered", requested=reserve, reserve=affordable, soft=limit.soft,
+                    hint="raise the open-file limit (LimitNOFILE=) for the reserve asked for")
+    return affordable
 
 
 @click.group(context_settings={"auto_envvar_prefix": "TASKLOOM", "help_option_names": ["-h", "--help"]})
@@ -142,9 +149,8 @@ def serve_command(
         idle_timeout=idle_timeout,
         header_timeout=header_timeout,
         body_timeout=body_timeout,
-        descriptor_reserve=descriptor_reserve,
+        descriptor_reserve=raise_open_file_limit(reserve=descriptor_reserve),
     )
-    raise_open_file_limit()
     try:
         import uvloop
 

@@ -22,6 +22,8 @@ except ImportError:  # Windows has no rlimits; nothing is raised or counted ther
 
 #: Where the kernel lists this process's open descriptors (Linux; macOS and the BSDs).
 FD_DIRECTORIES: Final = ("/proc/self/fd", "/dev/fd")
+#: The reserve is at most this share of the soft limit, so that a low limit still admits streams.
+MAX_RESERVE_SHARE: Final = 4
 #: macOS refuses a soft RLIMIT_NOFILE above OPEN_MAX (<sys/syslimits.h>) even with an unlimited hard limit.
 MACOS_OPEN_MAX: Final = 10240
 
@@ -58,6 +60,13 @@ def raise_nofile_limit() -> NofileLimit | None:
     except (ValueError, OSError):
         return NofileLimit(before=soft, soft=soft, hard=hard)
     return NofileLimit(before=soft, soft=target, hard=hard)
+
+
+def reserve_within(requested: int, *, soft: int) -> int:
+    """The descriptor reserve a board with ``soft`` descriptors can afford: at most a quarter of them."""
+    if soft == UNLIMITED:
+        return requested
+    return max(1, min(requested, soft // MAX_RESERVE_SHARE))
 
 
 def soft_limit() -> int:

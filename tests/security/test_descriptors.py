@@ -130,3 +130,16 @@ def test_every_shipped_unit_lifts_the_open_file_limit() -> None:
             else:
                 limits = plistlib.loads(text.encode()).get("SoftResourceLimits", {})
                 assert limits.get("NumberOfFiles", 0) >= UNIT_NOFILE_FLOOR, (name, limits)
+
+
+async def test_a_limit_too_low_for_the_reserve_lowers_the_reserve_and_streams_still_open(process: LimitedTaskd) -> None:
+    """128 descriptors cannot keep the default reserve of 128 free: the board keeps a quarter."""
+    process.nofile = (128, 128)
+    process.start()
+    reader, writer = await connect(process.port)
+    writer.write(request_head("GET", "/api/v1/events", token=process.token))
+    status, _ = await read_head(reader)
+    writer.close()
+    assert status == 200
+    lowered = [line for line in process.log_path.read_text().splitlines() if "descriptor_reserve_lowered" in line]
+    assert len(lowered) == 1 and '"reserve": 32' in lowered[0], lowered
