@@ -122,7 +122,7 @@ async def test_streams_beyond_the_descriptor_reserve_get_503_never_a_reset(proce
 def test_every_shipped_unit_lifts_the_open_file_limit() -> None:
     for supervisor, files in units.UNIT_FILES.items():
         for role, name in files.items():
-            text = (units.DEPLOY_DIR / supervisor / name).read_text()
+            text = (units.TEMPLATES / supervisor / name).read_text()
             if supervisor == units.SYSTEMD:
                 service = text.split("[Service]", 1)[1].split("\n[", 1)[0]
                 values = [line.split("=", 1)[1] for line in service.splitlines() if line.startswith("LimitNOFILE=")]
