@@ -34,6 +34,8 @@ SUBSCRIBE_LOCK = "subscribe.lock"
 #: ``loop status`` exit code when nothing runs (LSB ``status`` uses 3 for "not running" too).
 EXIT_NOT_RUNNING = 3
 DEFAULT_PORT = 7431
+#: Service units are read by the user's supervisor; they name paths and commands, never a secret.
+UNIT_FILE_MODE = 0o644
 
 
 def default_state_dir() -> Path:
@@ -479,7 +481,7 @@ def uninstall(supervisor: str, target: Path | None, dry_run: bool) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(text, encoding="utf-8")
-    os.chmod(temp, 0o644)
-    os.replace(temp, path)
+    """A unit file, world-readable as supervisors expect (it holds paths, never the token)."""
+    from services.subscriber.files import write_atomic
+
+    write_atomic(path, text.encode("utf-8"), mode=UNIT_FILE_MODE)
