@@ -170,7 +170,7 @@ def subscribe(
         raise TaskctlError("UNAUTHORIZED", "no board token: the hub needs it to reach the board",
                            hint="set TASKLOOM_TOKEN, pass --token, or start the board once so its token file exists")
     directory = _state_dir(state_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    inherited_umask = _private_state_dir(directory)
     held = _hold_subscribe_lock(directory)
     try:
         path = st.state_path(directory)
@@ -188,7 +188,7 @@ def subscribe(
             subscriber = Subscriber(
                 hub_stream(board.url, board.token or "", start_hub=start_hub),
                 who,
-                TurnRunner(on_wake, directory),
+                TurnRunner(on_wake, directory, umask=inherited_umask),
                 publisher,
                 timing=timing,
                 after=after,
@@ -199,6 +199,19 @@ def subscribe(
     finally:
         os.close(held)
     raise click.exceptions.Exit(code)
+
+
+def _private_state_dir(directory: Path) -> int:
+    """Owner-only from here on, the state directory ours and 0700; returns the umask we started
+    with, which the ``--on-wake`` command gets back (its files are the supervisor's business)."""
+    from services.subscriber import files
+
+    inherited = files.restrict_umask()
+    try:
+        files.ensure_private_dir(directory)
+    except files.NotOwned as exc:
+        raise TaskctlError("VALIDATION_FAILED", str(exc), details={"state_dir": str(directory)}) from None
+    return inherited
 
 
 def _hold_subscribe_lock(directory: Path) -> int:

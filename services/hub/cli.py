@@ -24,6 +24,7 @@ import structlog
 from shared import hub_protocol as hp
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
+from .files import NotOwned, restrict_umask
 from .pointer import (
     HubFiles,
     OwnerLock,
@@ -179,9 +180,13 @@ def serve_command(
         resolved = hp.resolve_board_url(board_url)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--board") from None
+    restrict_umask()
     token = resolve_token(board_url, token_file, os.environ)
     runtime = runtime_dir(os.environ, Path.home())
-    ensure_private_dir(runtime)
+    try:
+        ensure_private_dir(runtime)
+    except NotOwned as exc:
+        raise click.ClickException(str(exc)) from None
     files = HubFiles(runtime, hp.hub_key(resolved, token))
     if lock_fd is not None:
         lock = OwnerLock.inherit(files, lock_fd)

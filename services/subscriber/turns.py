@@ -146,9 +146,12 @@ class TurnRunner:
         *,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] | None = None,
+        umask: int | None = None,
     ) -> None:
         self.command = command
         self.state_dir = state_dir
+        #: The umask the command runs with (the subscriber's own is owner-only); None inherits it.
+        self.umask = umask
         self._environ = environ
         self._clock = clock
         self._process: asyncio.subprocess.Process | None = None
@@ -174,7 +177,8 @@ class TurnRunner:
             env = wake_environment(turn, os.environ if self._environ is None else self._environ)
             try:
                 self._process = await asyncio.create_subprocess_shell(
-                    self.command, env=env, stdin=asyncio.subprocess.DEVNULL, start_new_session=True
+                    self.command, env=env, stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
+                    umask=-1 if self.umask is None else self.umask,
                 )
             except OSError as exc:
                 # Counted as run: a command that cannot start must not be retried in a hot loop.

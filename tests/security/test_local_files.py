@@ -1,0 +1,184 @@
+"""Another local user must find nothing to read or redeem: every file the processes create is owner-only.
+
+The attack: an autostarted board wrote its one-time login link into ``<data_dir>/logs/taskd.log``
+(0644 in a 0755 directory) and left ``board.sqlite`` and its WAL 0644, so another uid read every
+project, redeemed the link and wrote. These tests start the real processes as a user would
+(``taskctl`` autostarting ``taskd``, the hub started on demand) under a permissive 022 umask.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import sqlite3
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import TASKCTL, base_env
+from tests.support.board import VENV_BIN, TaskdProcess
+from tests.support.waiting import wait_until
+
+LOGIN_LINK = "/login?code="
+#: A user's usual umask: without our own, files would come out 0644 and directories 0755.
+LOOSE_UMASK = 0o022
+
+
+@pytest.fixture(scope="module")
+def pycache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pycache")
+
+
+def everything_under(*roots: Path) -> Iterator[Path]:
+    for root in roots:
+        yield root
+        for folder, dirs, names in os.walk(root):
+            for name in (*dirs, *names):
+                yield Path(folder) / name
+
+
+def loose(*roots: Path) -> list[str]:
+    """Paths with any group or other permission bit, with their modes."""
+    return [
+        f"{path} {oct(stat.S_IMODE(path.lstat().st_mode))}"
+        for path in everything_under(*roots)
+        if not path.is_symlink() and stat.S_IMODE(path.lstat().st_mode) & 0o077
+    ]
+
+
+def files_holding(text: str, *roots: Path) -> list[Path]:
+    return [path for path in everything_under(*roots) if path.is_file() and text.encode() in path.read_bytes()]
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def run_taskctl(env: dict[str, str], cwd: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([TASKCTL, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          umask=LOOSE_UMASK)
+    assert done.returncode == 0, f"taskctl {' '.join(args)} → {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def test_an_autostarted_board_and_its_hub_keep_every_file_owner_only(tmp_path: Path, pycache: Path) -> None:
+    env = base_env(pycache)
+    env["TASKLOOM_RUNTIME_DIR"] = str(tmp_path / "run")
+    env["TASKLOOM_DATA_DIR"] = str(tmp_path / "data")
+    data, runtime = tmp_path / "data", tmp_path / "run"
+    pointer = runtime / "board.json"
+    pid: int | None = None
+    try:
+        started = run_taskctl(env, tmp_path, "project", "create", "demo")
+        assert "started a local board" in started.stderr, started.stderr
+        pid = json.loads(pointer.read_text())["pid"]
+        run_taskctl(env, tmp_path, "task", "create", "-p", "demo", "Private work")
+        # The hub, started on demand, writes its pointer (with its own token), lock and log there too.
+        run_taskctl(env, tmp_path, "events", "follow", "--idle", "0.3")
+        assert list(runtime.glob("hub-*.json")), sorted(p.name for p in runtime.iterdir())
+        # A login link minted for the browser goes to the caller, never into a file.
+        link = run_taskctl(env, tmp_path, "--json", "open", "--print").stdout
+
+        assert {"board.sqlite", "board.sqlite-wal", "board.sqlite-shm", "token", "logs"} <= {p.name for p in data.iterdir()}
+        assert (data / "logs" / "taskd.log").stat().st_size > 0
+        assert loose(data, runtime) == []
+        assert LOGIN_LINK in link
+        assert files_holding(LOGIN_LINK, data, runtime) == [], "a login link was written to disk"
+    finally:
+        subprocess.run([TASKCTL, "events", "hub", "--stop", "--all"], env=env, cwd=tmp_path, capture_output=True,
+                       timeout=60)
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            wait_until(lambda: pid_gone(pid), timeout=20, what="the autostarted board to stop")
+
+
+def test_a_loose_data_dir_from_before_is_tightened_at_start(tmp_path: Path) -> None:
+    data, runtime = tmp_path / "data", tmp_path / "run"
+    (data / "logs").mkdir(parents=True)
+    (data / "attachments" / "ab").mkdir(parents=True)
+    runtime.mkdir()
+    with sqlite3.connect(data / "board.sqlite") as conn:  # an old file, group- and world-readable
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE leftover (x)")
+    (data / "token").write_text("tl_" + "ab" * 32 + "\n")
+    (data / "logs" / "taskd.log").write_text("Open the board: http://127.0.0.1:1/login?code=spent\n")
+    (runtime / "board-start.lock").write_text("")
+    for path, mode in [(data, 0o755), (data / "logs", 0o755), (data / "attachments", 0o755), (runtime, 0o755),
+                       (data / "board.sqlite", 0o644), (data / "token", 0o644), (data / "logs" / "taskd.log", 0o644),
+                       (runtime / "board-start.lock", 0o644)]:
+        path.chmod(mode)
+    assert loose(data, runtime) != []
+
+    board = TaskdProcess(data_dir=data, runtime_dir=runtime, log_path=tmp_path / "taskd.log")
+    board.start()
+    try:
+        # The board serves the same token from its now private file.
+        assert board.token == "tl_" + "ab" * 32
+        remaining = loose(data, runtime)
+        # Only what lies below a directory that is now 0700 may keep its old bits.
+        assert [line for line in remaining if not line.startswith(str(data / "attachments") + "/")] == []
+        assert stat.S_IMODE((data / "attachments").stat().st_mode) == 0o700
+        for name in ("board.sqlite-wal", "board.sqlite-shm", "board.lock"):
+            assert stat.S_IMODE((data / name).stat().st_mode) == 0o600, name
+    finally:
+        assert board.stop() == 0
+
+
+def foreign_dir(tmp_path: Path) -> Path:
+    """A directory another user owns: made and given away when we are root, else ``/`` (root's)."""
+    if os.geteuid() == 0:
+        path = tmp_path / "foreign"
+        path.mkdir(mode=0o755)
+        os.chown(path, 65534, 65534)
+        return path
+    return Path("/")
+
+
+def test_a_data_dir_another_user_owns_is_refused_and_left_alone(tmp_path: Path) -> None:
+    data = foreign_dir(tmp_path)
+    before = sorted(p.name for p in data.iterdir())
+    runtime = tmp_path / "run"
+    env = {**os.environ, "TASKLOOM_RUNTIME_DIR": str(runtime), "TASKLOOM_DATA_DIR": str(data)}
+    done = subprocess.run([str(VENV_BIN / "taskd"), "serve", "--port", "0", "--data-dir", str(data)], env=env,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "belongs to uid" in lines[0] and str(data) in lines[0], done.stderr
+    assert sorted(p.name for p in data.iterdir()) == before, "nothing was created in someone else's directory"
+    assert not (runtime / "board.json").exists()
+
+
+def test_the_login_link_is_printed_on_a_terminal_only(tmp_path: Path) -> None:
+    """On a TTY the link is for the person watching; anywhere else (a log, the journal) it is not."""
+    env = {**os.environ, "TASKLOOM_RUNTIME_DIR": str(tmp_path / "run"), "TASKLOOM_DATA_DIR": str(tmp_path / "data")}
+    main, terminal = pty.openpty()
+    process = subprocess.Popen([str(VENV_BIN / "taskd"), "serve", "--port", "0", "--data-dir", str(tmp_path / "data")],
+                               env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal)
+    os.close(terminal)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 20
+        while LOGIN_LINK.encode() not in seen and time.monotonic() < deadline and process.poll() is None:
+            ready, _, _ = select.select([main], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(main, 4096)
+                except OSError:
+                    break
+        assert LOGIN_LINK.encode() in seen, seen.decode(errors="replace")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        os.close(main)
+    assert files_holding(LOGIN_LINK, tmp_path / "data", tmp_path / "run") == []
