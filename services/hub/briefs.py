@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -60,6 +61,18 @@ def path_problem(path: str, *, directory: bool = False) -> str | None:
         except OSError as exc:
             return f"{parent}: {exc.strerror}"
         return None if stat.S_ISDIR(mode) else f"{parent} is not a directory"
+    return None
+
+
+def protected_problem(path: str, protected: Iterable[str]) -> str | None:
+    """Why ``path`` may not hold a brief: it lies inside a directory of Taskloom's own state (the
+    hub's runtime directory, the board's data directory), where a brief would replace a pointer,
+    a token or the registrations file. Symlinks and ``..`` are resolved first."""
+    real = os.path.realpath(path)
+    for directory in protected:
+        root = os.path.realpath(directory)
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            return f"{path} is inside {directory}, which holds Taskloom's own files; write briefs elsewhere"
     return None
 
 

@@ -73,6 +73,20 @@ def resolve_token(board_url: str, token_file: Path | None, environ: MutableMappi
     raise click.ClickException(f"no board token: set {TOKEN_ENV} or pass --token-file")
 
 
+def protected_dirs(board_url: str, runtime: Path) -> tuple[Path, ...]:
+    """Where no brief may be written: the runtime directory, this board's data directory as its
+    pointer names it, and the default data directory (the board also reports its own)."""
+    dirs = [runtime, data_dir(os.environ, Path.home(), platform=sys.platform)]
+    board = read_json(runtime / BOARD_POINTER)
+    if board and isinstance(board.get("data_dir"), str) and isinstance(board.get("url"), str):
+        try:
+            if hp.resolve_board_url(board["url"]) == hp.resolve_board_url(board_url):
+                dirs.append(Path(board["data_dir"]))
+        except ValueError:
+            pass
+    return tuple(dirs)
+
+
 def configure_logging(stream: TextIO, *, secret: str) -> None:
     """structlog JSON lines; the board token is scrubbed from every line as a last line of defence."""
 
@@ -211,6 +225,7 @@ def serve_command(
         refresh_max_wait=refresh_max_wait,
         refresh_floor=refresh_floor,
         registrations_path=files.registrations,
+        protected_dirs=protected_dirs(board_url, runtime),
     )
     log.info("hub_starting", pid=os.getpid(), board=resolved, key=files.key, protocol=hp.HUB_PROTOCOL)
     try:
