@@ -430,9 +430,10 @@ def install(
         results.append({"role": unit.role, "name": unit.name, "path": str(path), "action": action, "text": unit.text})
     if not dry_run:
         directory.mkdir(parents=True, exist_ok=True)
-        Path(values.state_dir).mkdir(parents=True, exist_ok=True)
+        # Owner-only, as the services keep them (docs/security.md).
+        Path(values.state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
         if supervisor == "launchd":
-            Path(values.log_dir).mkdir(parents=True, exist_ok=True)  # launchd does not create it
+            Path(values.log_dir).mkdir(parents=True, exist_ok=True, mode=0o700)  # launchd does not create it
         for result, unit in zip(results, rendered):
             if result["action"] != "unchanged":
                 _write_atomic(Path(result["path"]), unit.text)

@@ -17,6 +17,7 @@ import sqlite3
 import stat
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -182,3 +183,59 @@ def test_the_login_link_is_printed_on_a_terminal_only(tmp_path: Path) -> None:
         assert process.wait(timeout=20) == 0
         os.close(main)
     assert files_holding(LOGIN_LINK, tmp_path / "data", tmp_path / "run") == []
+
+
+def test_the_loop_subscriber_keeps_its_state_owner_only_and_gives_its_command_the_users_umask(
+    tmp_path: Path, pycache: Path
+) -> None:
+    board = TaskdProcess(data_dir=tmp_path / "data", runtime_dir=tmp_path / "run", log_path=tmp_path / "taskd.log")
+    board.start()
+    state = tmp_path / "loop"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    (state / "sessions.state.json").write_text(json.dumps({"version": 1, "sessions": [{"pid": os.getpid()}]}))
+    umask_file = tmp_path / "umask-of-the-turn"
+    env = base_env(pycache)
+    env.update(TASKLOOM_RUNTIME_DIR=str(board.runtime_dir), TASKLOOM_DATA_DIR=str(board.data_dir),
+               TASKLOOM_NO_AUTOSTART="1", TASKLOOM_HUB_IDLE_EXIT="30", UMASK_FILE=str(umask_file))
+    log = open(tmp_path / "subscriber.log", "ab")
+    subscriber = subprocess.Popen(
+        [TASKCTL, "loop", "subscribe", "--url", board.url, "--agent", "worker-1", "--state-dir", str(state),
+         "--on-wake", 'umask > "$UMASK_FILE"', "--min-interval", "0", "--state-flush", "0.05"],
+        env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, umask=LOOSE_UMASK,
+    )
+    log.close()
+
+    def streaming() -> bool:
+        assert subscriber.poll() is None, (tmp_path / "subscriber.log").read_text()
+        try:
+            record = json.loads((state / "subscribe.state.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return record.get("state") == "streaming" and isinstance(record.get("revision"), int)
+
+    try:
+        wait_until(streaming, timeout=30, what="the subscriber to stream")
+        request = urllib.request.Request(
+            board.url + "/api/v1/projects", method="POST", data=json.dumps({"id": "demo"}).encode(),
+            headers={"Authorization": f"Bearer {board.token}", "Content-Type": "application/json",
+                     "X-Taskloom-Actor": "ann", "X-Taskloom-Actor-Kind": "human"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+        request.data = json.dumps({"project": "demo", "title": "Wake the loop"}).encode()
+        request.full_url = board.url + "/api/v1/tasks"
+        urllib.request.urlopen(request, timeout=10).close()
+        wait_until(lambda: umask_file.exists() and umask_file.read_text().strip(), timeout=20, what="a turn")
+        # The supervisor's command runs with the umask the subscriber was given, not ours.
+        assert int(umask_file.read_text().strip(), 8) == LOOSE_UMASK
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        for name in ("subscribe.state.json", "subscribe.lock", "continue.lock"):
+            assert stat.S_IMODE((state / name).stat().st_mode) == 0o600, name
+        # Everything the subscriber, its hub and the board made is owner-only.
+        assert [line for line in loose(board.data_dir, board.runtime_dir, state)
+                if not line.startswith(str(state / "sessions.state.json"))] == []
+    finally:
+        subscriber.send_signal(signal.SIGTERM)
+        subscriber.wait(timeout=30)
+        subprocess.run([TASKCTL, "events", "hub", "--stop", "--all"], env=env, capture_output=True, timeout=60)
+        board.stop()
