@@ -239,3 +239,20 @@ def test_the_loop_subscriber_keeps_its_state_owner_only_and_gives_its_command_th
         subscriber.wait(timeout=30)
         subprocess.run([TASKCTL, "events", "hub", "--stop", "--all"], env=env, capture_output=True, timeout=60)
         board.stop()
+
+
+@pytest.mark.parametrize("supervisor", ["systemd", "launchd"])
+def test_the_rendered_board_and_hub_units_start_owner_only(supervisor: str, tmp_path: Path, pycache: Path) -> None:
+    """The supervisor opens the launchd log files before our code runs: its umask must be ours."""
+    env = base_env(pycache)
+    env.update(TASKLOOM_RUNTIME_DIR=str(tmp_path / "run"), TASKLOOM_DATA_DIR=str(tmp_path / "data"))
+    done = run_taskctl(env, tmp_path, "--json", "loop", "install", "--supervisor", supervisor, "--with-hub",
+                       "--agent", "worker-1", "--on-wake", "true", "--dry-run", "--dir", str(tmp_path / "units"))
+    units = {unit["role"]: unit["text"] for unit in json.loads(done.stdout)["data"]["units"]}
+    for role in ("board", "hub"):
+        if supervisor == "systemd":
+            assert "\nUMask=0077\n" in units[role], units[role]
+        else:
+            assert "<key>Umask</key>\n\t<integer>63</integer>" in units[role], units[role]
+    # The subscriber's own umask is set by the subscriber; its unit leaves the on-wake command the user's.
+    assert "UMask" not in units["subscriber"] and "Umask" not in units["subscriber"]
