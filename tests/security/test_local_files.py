@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import signal
 import sqlite3
@@ -54,6 +55,45 @@ def loose(*roots: Path) -> list[str]:
     ]
 
 
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+
+
+def documented_modes() -> list[tuple[re.Pattern[str], str, int]]:
+    """The *File modes* table of docs/security.md: (pattern, path as written, mode) per row.
+
+    A row's path starts with ``<data_dir>``, ``<runtime_dir>`` or ``<state_dir>``; any later
+    ``<name>`` stands for one path component.
+    """
+    section = DOCS.read_text(encoding="utf-8").split("## File modes", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for match in re.finditer(r"^\| `(<(?:data|runtime|state)_dir>[^`]*)` \| (0[0-7]{3}) \|", section, re.M):
+        written = match[1]
+        base, rest = written.split(">", 1)
+        parts = re.split(r"(<[a-z0-9_]+>)", rest)
+        pattern = re.escape(base + ">") + "".join(
+            "[^/]+" if part.startswith("<") else re.escape(part) for part in parts
+        )
+        rows.append((re.compile(pattern), written, int(match[2], 8)))
+    assert len(rows) > 15, "the file-modes table of docs/security.md did not parse"
+    return rows
+
+
+def check_against_docs(**roots: Path) -> list[str]:
+    """Every path under ``roots`` (data_dir=…, runtime_dir=…, state_dir=…) has the mode the docs give it."""
+    rows = documented_modes()
+    problems = []
+    for name, root in roots.items():
+        for path in everything_under(root):
+            relative = f"<{name}>" + str(path)[len(str(root)):]
+            modes = [mode for pattern, _, mode in rows if pattern.fullmatch(relative)]
+            actual = stat.S_IMODE(path.lstat().st_mode)
+            if not modes:
+                problems.append(f"{relative} ({oct(actual)}) is not in docs/security.md")
+            elif modes[0] != actual:
+                problems.append(f"{relative} is {oct(actual)}, docs/security.md says {oct(modes[0])}")
+    return problems
+
+
 def files_holding(text: str, *roots: Path) -> list[Path]:
     return [path for path in everything_under(*roots) if path.is_file() and text.encode() in path.read_bytes()]
 
@@ -85,6 +125,9 @@ def test_an_autostarted_board_and_its_hub_keep_every_file_owner_only(tmp_path: P
         assert "started a local board" in started.stderr, started.stderr
         pid = json.loads(pointer.read_text())["pid"]
         run_taskctl(env, tmp_path, "task", "create", "-p", "demo", "Private work")
+        (tmp_path / "notes.txt").write_text("private notes\n")
+        run_taskctl(env, tmp_path, "attachment", "upload", "DEMO-0001", str(tmp_path / "notes.txt"))
+        assert list((data / "attachments").glob("*/*")), "the blob and its directory are checked below"
         # The hub, started on demand, writes its pointer (with its own token), lock and log there too.
         run_taskctl(env, tmp_path, "events", "follow", "--idle", "0.3")
         assert list(runtime.glob("hub-*.json")), sorted(p.name for p in runtime.iterdir())
@@ -94,6 +137,7 @@ def test_an_autostarted_board_and_its_hub_keep_every_file_owner_only(tmp_path: P
         assert {"board.sqlite", "board.sqlite-wal", "board.sqlite-shm", "token", "logs"} <= {p.name for p in data.iterdir()}
         assert (data / "logs" / "taskd.log").stat().st_size > 0
         assert loose(data, runtime) == []
+        assert check_against_docs(data_dir=data, runtime_dir=runtime) == []
         assert LOGIN_LINK in link
         assert files_holding(LOGIN_LINK, data, runtime) == [], "a login link was written to disk"
     finally:
@@ -234,6 +278,8 @@ def test_the_loop_subscriber_keeps_its_state_owner_only_and_gives_its_command_th
         # Everything the subscriber, its hub and the board made is owner-only.
         assert [line for line in loose(board.data_dir, board.runtime_dir, state)
                 if not line.startswith(str(state / "sessions.state.json"))] == []
+        (state / "sessions.state.json").unlink()  # the supervisor's file, not ours
+        assert check_against_docs(data_dir=board.data_dir, runtime_dir=board.runtime_dir, state_dir=state) == []
     finally:
         subscriber.send_signal(signal.SIGTERM)
         subscriber.wait(timeout=30)
