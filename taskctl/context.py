@@ -275,48 +275,72 @@ def start_local_board(environ: Mapping[str, str], *, announce: Callable[[str], N
     A lock in the runtime directory makes concurrent starters spawn one board; whoever waited
     re-reads the pointer first.
     """
-    runtime = pointer_path(environ).parent
-    runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with _start_lock(runtime / AUTOSTART_LOCK):
-        record = live_pointer(environ)
-        if record is not None:
-            return record
-        directory = default_data_dir(environ).absolute()
-        logs = directory / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        log_path = logs / "taskd.log"
-        import subprocess
+    from services.board.files import PRIVATE_UMASK, NotOwned, ensure_private_dir, open_private
 
-        command = [sys.executable, "-m", "services.board.cli", "serve", "--port", "0", "--data-dir", str(directory)]
-        detach: dict[str, Any] = {"start_new_session": True}
-        if sys.platform == "win32":  # pragma: no cover - no sessions on Windows
-            detach = {"creationflags": subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP}
-        with open(log_path, "ab") as log:
-            child = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=dict(environ), close_fds=True, **detach
-            )
-        deadline = time.monotonic() + AUTOSTART_TIMEOUT
-        while time.monotonic() < deadline:
-            if child.poll() is not None:
-                raise TaskctlError(
-                    "BOARD_START_FAILED",
-                    f"the local board exited with status {child.returncode} while starting",
-                    details={"log": str(log_path), "tail": _tail(log_path)},
-                    hint=f"see {log_path}",
-                )
-            record = read_pointer(environ)
-            if record is not None and record.get("pid") == child.pid and health(record["url"]):
-                if announce:
-                    announce(f"started a local board at {record['url']} (pid {child.pid}, log {log_path})")
+    runtime = pointer_path(environ).parent
+    directory = default_data_dir(environ).absolute()
+    logs = directory / "logs"
+    log_path = logs / "taskd.log"
+    try:
+        # Owner-only before the board itself sets its umask: the log may hold what it says at start.
+        for private in (runtime, directory, logs):
+            ensure_private_dir(private)
+        log_fd = open_private(log_path, os.O_WRONLY | os.O_APPEND)
+    except NotOwned as exc:
+        raise TaskctlError("BOARD_START_FAILED", str(exc), details={"data_dir": str(directory)}) from None
+    with _start_lock(runtime / AUTOSTART_LOCK):
+        try:
+            record = live_pointer(environ)
+            if record is not None:
                 return record
-            time.sleep(0.05)
-        child.terminate()
-        raise TaskctlError(
-            "BOARD_START_FAILED",
-            f"the local board did not answer within {AUTOSTART_TIMEOUT:.0f} s",
-            details={"log": str(log_path), "tail": _tail(log_path)},
-            hint=f"see {log_path}",
-        )
+            child = _spawn_board(directory, environ, log_fd, umask=PRIVATE_UMASK)
+        finally:
+            os.close(log_fd)
+        # Still under the start lock: a starter that waited for it finds this board's pointer.
+        return _wait_for_board(child, environ, log_path, announce=announce)
+
+
+def _spawn_board(directory: Path, environ: Mapping[str, str], log_fd: int, *, umask: int) -> Any:
+    """``taskd serve --port 0`` in a session of its own, its output appended to the board's log."""
+    import subprocess
+
+    command = [sys.executable, "-m", "services.board.cli", "serve", "--port", "0", "--data-dir", str(directory)]
+    detach: dict[str, Any] = {"start_new_session": True}
+    if sys.platform == "win32":  # pragma: no cover - no sessions on Windows
+        detach = {"creationflags": subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP}
+    else:
+        detach["umask"] = umask
+    return subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, env=dict(environ), close_fds=True, **detach
+    )
+
+
+def _wait_for_board(
+    child: Any, environ: Mapping[str, str], log_path: Path, *, announce: Callable[[str], None] | None
+) -> dict[str, Any]:
+    """The pointer of the board ``child`` once it answers /health, or why it did not start."""
+    deadline = time.monotonic() + AUTOSTART_TIMEOUT
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise TaskctlError(
+                "BOARD_START_FAILED",
+                f"the local board exited with status {child.returncode} while starting",
+                details={"log": str(log_path), "tail": _tail(log_path)},
+                hint=f"see {log_path}",
+            )
+        record = read_pointer(environ)
+        if record is not None and record.get("pid") == child.pid and health(record["url"]):
+            if announce:
+                announce(f"started a local board at {record['url']} (pid {child.pid}, log {log_path})")
+            return record
+        time.sleep(0.05)
+    child.terminate()
+    raise TaskctlError(
+        "BOARD_START_FAILED",
+        f"the local board did not answer within {AUTOSTART_TIMEOUT:.0f} s",
+        details={"log": str(log_path), "tail": _tail(log_path)},
+        hint=f"see {log_path}",
+    )
 
 
 class _start_lock:

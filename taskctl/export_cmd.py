@@ -51,24 +51,10 @@ def brief_path(out_dir: Path, identifier: str) -> Path:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Temp file in the same directory, fsync, rename: a reader sees the old file or the new one."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    if hasattr(os, "O_DIRECTORY"):  # make the rename itself durable (POSIX)
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    """Owner-only, through the hub's writer: a reader sees the old file or the new one."""
+    from services.hub.files import write_atomic
+
+    write_atomic(path, data)
 
 
 def _read(path: Path) -> bytes | None:

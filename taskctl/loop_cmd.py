@@ -34,6 +34,8 @@ SUBSCRIBE_LOCK = "subscribe.lock"
 #: ``loop status`` exit code when nothing runs (LSB ``status`` uses 3 for "not running" too).
 EXIT_NOT_RUNNING = 3
 DEFAULT_PORT = 7431
+#: Service units are read by the user's supervisor; they name paths and commands, never a secret.
+UNIT_FILE_MODE = 0o644
 
 
 def default_state_dir() -> Path:
@@ -168,7 +170,7 @@ def subscribe(
         raise TaskctlError("UNAUTHORIZED", "no board token: the hub needs it to reach the board",
                            hint="set TASKLOOM_TOKEN, pass --token, or start the board once so its token file exists")
     directory = _state_dir(state_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    inherited_umask = _private_state_dir(directory)
     held = _hold_subscribe_lock(directory)
     try:
         path = st.state_path(directory)
@@ -186,7 +188,7 @@ def subscribe(
             subscriber = Subscriber(
                 hub_stream(board.url, board.token or "", start_hub=start_hub),
                 who,
-                TurnRunner(on_wake, directory),
+                TurnRunner(on_wake, directory, umask=inherited_umask),
                 publisher,
                 timing=timing,
                 after=after,
@@ -197,6 +199,19 @@ def subscribe(
     finally:
         os.close(held)
     raise click.exceptions.Exit(code)
+
+
+def _private_state_dir(directory: Path) -> int:
+    """Owner-only from here on, the state directory ours and 0700; returns the umask we started
+    with, which the ``--on-wake`` command gets back (its files are the supervisor's business)."""
+    from services.subscriber import files
+
+    inherited = files.restrict_umask()
+    try:
+        files.ensure_private_dir(directory)
+    except files.NotOwned as exc:
+        raise TaskctlError("VALIDATION_FAILED", str(exc), details={"state_dir": str(directory)}) from None
+    return inherited
 
 
 def _hold_subscribe_lock(directory: Path) -> int:
@@ -415,9 +430,10 @@ def install(
         results.append({"role": unit.role, "name": unit.name, "path": str(path), "action": action, "text": unit.text})
     if not dry_run:
         directory.mkdir(parents=True, exist_ok=True)
-        Path(values.state_dir).mkdir(parents=True, exist_ok=True)
+        # Owner-only, as the services keep them (docs/security.md).
+        Path(values.state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
         if supervisor == "launchd":
-            Path(values.log_dir).mkdir(parents=True, exist_ok=True)  # launchd does not create it
+            Path(values.log_dir).mkdir(parents=True, exist_ok=True, mode=0o700)  # launchd does not create it
         for result, unit in zip(results, rendered):
             if result["action"] != "unchanged":
                 _write_atomic(Path(result["path"]), unit.text)
@@ -479,7 +495,7 @@ def uninstall(supervisor: str, target: Path | None, dry_run: bool) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(text, encoding="utf-8")
-    os.chmod(temp, 0o644)
-    os.replace(temp, path)
+    """A unit file, world-readable as supervisors expect (it holds paths, never the token)."""
+    from services.subscriber.files import write_atomic
+
+    write_atomic(path, text.encode("utf-8"), mode=UNIT_FILE_MODE)

@@ -7,26 +7,39 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import structlog
 
 from shared.paths import data_dir as default_data_dir
-from shared.paths import runtime_dir
+from shared.paths import BOARD_POINTER, runtime_dir
 
 from .app import CREDENTIALS, STORE, BoardSettings, configure_logging, create_app
 from .connections import BoardRunner, ConnectionLimits, listen_backlog
 from .descriptors import raise_nofile_limit, reserve_within
+from .files import NotOwned, ensure_private_dir, restrict_umask, tighten
+from .lock import LOCK_FILE, DataDirBusy, DataDirLock
 from .pointer import remove_pointer_if_mine, write_pointer
-from .store import SchemaTooNew
+from .store import SchemaDamaged, SchemaTooNew, migrate, verify_triggers
 
 #: The signals that stop the board gracefully; a second one forces exit.
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: What the board keeps in its data directory, made owner-only at every start (docs/security.md).
+DATA_FILES = (
+    "board.sqlite", "board.sqlite-wal", "board.sqlite-shm", "board.sqlite-journal", "token", LOCK_FILE,
+)
+DATA_DIRS = ("logs", "attachments")
+#: What the board and ``taskctl``'s autostart keep in the runtime directory.
+RUNTIME_FILES = (BOARD_POINTER, "board-start.lock")
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = structlog.get_logger("taskd")
 
 
-async def serve(settings: BoardSettings) -> None:
+async def serve(settings: BoardSettings, *, lock: DataDirLock | None = None) -> None:
     from aiohttp import web
 
     app = create_app(settings)
@@ -41,21 +54,7 @@ async def serve(settings: BoardSettings) -> None:
     url = f"http://{host}:{port}"
     meta = await app[STORE].query(lambda conn: conn.execute("SELECT value FROM board_meta WHERE key = 'board_id'").fetchone()[0])
     runtime = runtime_dir(os.environ, Path.home())
-    write_pointer(
-        runtime,
-        {
-            "url": url,
-            "pid": os.getpid(),
-            "board_id": meta,
-            "data_dir": str(settings.data_dir),
-            "token_file": str(settings.token_path),
-        },
-    )
-    code = app[CREDENTIALS].new_login_code()
-    log.info("board_listening", url=url, data_dir=str(settings.data_dir), board_id=meta)
-    click.echo(f"Taskloom board on {url}  (data: {settings.data_dir})", err=True)
-    click.echo(f"Open the board: {url}/login?code={code}", err=True)
-
+    # Handlers before the pointer: a SIGTERM from whoever just read it must still remove it.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     signals_seen = 0
@@ -69,6 +68,22 @@ async def serve(settings: BoardSettings) -> None:
 
     for sig in HANDLED_SIGNALS:
         loop.add_signal_handler(sig, on_signal)
+    write_pointer(
+        runtime,
+        {
+            "url": url,
+            "pid": os.getpid(),
+            "board_id": meta,
+            "data_dir": str(settings.data_dir),
+            "token_file": str(settings.token_path),
+        },
+    )
+    if lock is not None:
+        lock.stamp(url=url)
+    log.info("board_listening", url=url, data_dir=str(settings.data_dir), board_id=meta)
+    click.echo(f"Taskloom board on {url}  (data: {settings.data_dir})", err=True)
+    announce_login(app, url)
+
     try:
         await stop.wait()
     finally:
@@ -99,6 +114,49 @@ def raise_open_file_limit(*, reserve: int) -> int:
         log.warning("descriptor_reserve_lowered", requested=reserve, reserve=affordable, soft=limit.soft,
                     hint="raise the open-file limit (LimitNOFILE=) for the reserve asked for")
     return affordable
+def announce_login(app: web.Application, url: str) -> None:
+    """A one-time login link on a terminal only: stderr may be a log file or the journal, which
+    outlive the link's use and may be read by others; ``taskctl open`` mints a fresh one anyway."""
+    if sys.stderr.isatty():
+        code = app[CREDENTIALS].new_login_code()
+        click.echo(f"Open the board: {url}/login?code={code}", err=True)
+    else:
+        click.echo("Open the board with `taskctl open` (it asks for a one-time login link).", err=True)
+
+
+def prepare_data_dir(directory: Path, runtime: Path) -> DataDirLock:
+    """Own the data directory before anything in it is read or written.
+
+    Owner-only from here on (umask), the directory ours and 0700, then the lock: a second board
+    stops at the lock having changed nothing of the first's. Only the lock holder tightens what
+    an older version or another tool left group- or world-readable.
+    """
+    restrict_umask()
+    ensure_private_dir(directory)
+    lock = DataDirLock.acquire(directory)
+    try:
+        for name in (*DATA_FILES, *DATA_DIRS):
+            tighten(directory / name)
+        logs = directory / "logs"
+        if logs.is_dir():
+            for entry in logs.iterdir():
+                tighten(entry)
+        ensure_private_dir(runtime)
+        for name in RUNTIME_FILES:
+            tighten(runtime / name)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def check_schema(settings: BoardSettings, *, repair: bool) -> None:
+    """Migrate, then make sure every trigger the migrations define is there (or recreate them)."""
+    migrate(settings.database_path)
+    repaired = verify_triggers(settings.database_path, repair=repair)
+    if repaired:
+        log.warning("schema_repaired", triggers=repaired)
+        click.echo(f"Recreated {len(repaired)} missing trigger(s): {', '.join(repaired)}", err=True)
 
 
 @click.group(context_settings={"auto_envvar_prefix": "TASKLOOM", "help_option_names": ["-h", "--help"]})
@@ -122,6 +180,7 @@ def main() -> None:
               help="Seconds a request body may go without progress.")
 @click.option("--descriptor-reserve", default=BoardSettings.descriptor_reserve, show_default=True,
               type=click.IntRange(min=8), help="File descriptors kept for /health and ordinary requests.")
+@click.option("--repair-schema", is_flag=True, help="Recreate triggers the migrations define that the file lacks, then serve.")
 def serve_command(
     host: str,
     port: int,
@@ -134,6 +193,7 @@ def serve_command(
     header_timeout: float,
     body_timeout: float,
     descriptor_reserve: int,
+    repair_schema: bool,
 ) -> None:
     """Run the board until SIGINT or SIGTERM."""
     configure_logging(json=not sys.stderr.isatty())
@@ -158,8 +218,10 @@ def serve_command(
     except ImportError:
         pass
     try:
-        asyncio.run(serve(settings))
-    except SchemaTooNew as exc:
+        lock = prepare_data_dir(directory, runtime_dir(os.environ, Path.home()))
+        check_schema(settings, repair=repair_schema)
+        asyncio.run(serve(settings, lock=lock))
+    except (SchemaTooNew, SchemaDamaged, DataDirBusy, NotOwned) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -1,23 +1,102 @@
-"""Files the board writes beside its database: replaced atomically, owner-only."""
+"""The board's file plumbing: owner-only files and directories, replaced atomically.
+
+One of three deliberate copies (``services/board``, ``services/hub``, ``services/subscriber``):
+the services share only ``shared/``, which does no I/O (SPEC §2). ``tests/unit/test_atomic_files.py``
+runs one suite against every copy and fails when their code drifts apart.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
+from typing import Final
+
+#: Whatever the process creates is owner-only: no group or other bits (docs/security.md).
+PRIVATE_UMASK: Final = 0o077
+PRIVATE_FILE: Final = 0o600
+PRIVATE_DIR: Final = 0o700
 
 
-def write_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data``: temp file in the same directory, fsync, rename.
+class NotOwned(RuntimeError):
+    """A file or directory we would use belongs to another user: refuse rather than trust it."""
 
-    A reader sees the old bytes or the new ones, never half a file; a crash leaves at most a
-    stray temp file, never a torn target.
+
+def restrict_umask() -> int:
+    """Make every file and directory this process creates from now on owner-only.
+
+    Returns the umask the process started with, for children that should get it back.
     """
+    inherited = os.umask(PRIVATE_UMASK)
+    os.umask(inherited | PRIVATE_UMASK)
+    return inherited
+
+
+def tighten(path: Path) -> bool:
+    """Drop the group and other bits of ``path`` if it exists; True if its mode changed.
+
+    Raises :class:`NotOwned` when another user owns it: we could not tighten it, and a file
+    someone else controls is not ours to trust.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return False
+    if info.st_uid != os.geteuid():
+        raise NotOwned(
+            f"{path} belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()}); "
+            "refusing to use it (chown it or choose another directory)"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if not mode & PRIVATE_UMASK:
+        return False
+    os.chmod(path, mode & ~PRIVATE_UMASK)
+    return True
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create ``path`` (0700) or tighten an existing one; refuse one another user owns."""
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+    tighten(path)
+
+
+def open_private(path: Path, flags: int) -> int:
+    """Open ``path``, creating it 0600; an existing file of ours is forced to 0600 too."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        if os.fstat(fd).st_uid != os.geteuid():
+            raise NotOwned(f"{path} belongs to another user; refusing to use it")
+        os.fchmod(fd, PRIVATE_FILE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX); Windows cannot open a directory."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
+    """Replace ``path`` with ``data``: a unique temp file beside it, fsync, rename, fsync the directory.
+
+    A reader sees the old bytes or the new ones, never half a file; a failure leaves no temp file
+    behind, and a crash at most one (``.<name>.*.tmp``), never a torn target.
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -25,3 +104,4 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+    fsync_directory(path.parent)

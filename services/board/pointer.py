@@ -7,18 +7,12 @@ only if it still names this process (a newer board may have replaced it).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from shared.paths import BOARD_POINTER
 
-from .files import write_atomic
-
-
-def ensure_private_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
+from .files import ensure_private_dir, write_atomic
 
 
 def write_pointer(runtime: Path, record: dict[str, Any]) -> Path:

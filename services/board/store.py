@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import queue
+import re
 import secrets
 import sqlite3
 import threading
@@ -175,6 +176,79 @@ def migrate(path: Path) -> None:
             "INSERT OR IGNORE INTO board_meta (key, value) VALUES ('board_id', ?)",
             (f"brd_{secrets.token_hex(8)}",),
         )
+    finally:
+        conn.close()
+
+
+class SchemaDamaged(RuntimeError):
+    """The file lacks triggers the migrations define: its rules would go unenforced."""
+
+    def __init__(self, path: Path, missing: list[str]) -> None:
+        self.missing = missing
+        noun = "trigger" if len(missing) == 1 else "triggers"
+        super().__init__(
+            f"{path} lacks {len(missing)} {noun} the schema defines ({', '.join(missing)}), so its rules are not "
+            "enforced; run `taskd serve --repair-schema` to recreate them from the migrations"
+        )
+
+
+_CREATE_TRIGGER = re.compile(r"CREATE\s+TRIGGER\s+(?:IF\s+NOT\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
+_DROP_TRIGGER = re.compile(r"DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
+
+
+def _code(statement: str) -> str:
+    """A statement without the comment lines and blank lines before it."""
+    lines = statement.splitlines(keepends=True)
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+        lines.pop(0)
+    return "".join(lines).strip()
+
+
+def defined_triggers() -> dict[str, str]:
+    """Every trigger the migrations leave in place, name → its ``CREATE TRIGGER`` statement.
+
+    Read from the migration SQL itself, so the list cannot drift from what the schema creates.
+    """
+    triggers: dict[str, str] = {}
+    for _, script in migrations():
+        for statement in _statements(script):
+            code = _code(statement)
+            if created := _CREATE_TRIGGER.match(code):
+                triggers[created[1]] = code
+            elif dropped := _DROP_TRIGGER.match(code):
+                triggers.pop(dropped[1], None)
+    return triggers
+
+
+def missing_triggers(conn: sqlite3.Connection) -> list[str]:
+    present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    return sorted(name for name in defined_triggers() if name not in present)
+
+
+def verify_triggers(path: Path, *, repair: bool = False) -> list[str]:
+    """Check that every trigger the migrations define exists; returns the names it recreated.
+
+    Raises :class:`SchemaDamaged` naming the missing ones, unless ``repair`` recreates them (from
+    the migration SQL, in one transaction).
+    """
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        missing = missing_triggers(conn)
+        if not missing:
+            return []
+        if not repair:
+            raise SchemaDamaged(path, missing)
+        definitions = defined_triggers()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            missing = missing_triggers(conn)  # again, under the write lock
+            for name in missing:
+                conn.execute(definitions[name])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return missing
     finally:
         conn.close()
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Final
 
 from shared import events
+
+from .files import write_atomic
 
 #: ``--dir DIR`` writes ``DIR/.taskloom/<IDENTIFIER>/card.md`` (SPEC §8).
 DIR_LAYOUT: Final = (".taskloom", "card.md")
@@ -60,6 +64,18 @@ def path_problem(path: str, *, directory: bool = False) -> str | None:
     return None
 
 
+def protected_problem(path: str, protected: Iterable[str]) -> str | None:
+    """Why ``path`` may not hold a brief: it lies inside a directory of Taskloom's own state (the
+    hub's runtime directory, the board's data directory), where a brief would replace a pointer,
+    a token or the registrations file. Symlinks and ``..`` are resolved first."""
+    real = os.path.realpath(path)
+    for directory in protected:
+        root = os.path.realpath(directory)
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            return f"{path} is inside {directory}, which holds Taskloom's own files; write briefs elsewhere"
+    return None
+
+
 def tasks_named(activity: dict[str, Any]) -> set[str] | None:
     """The task ids whose briefs an activity row may change; None for a task-less row (refresh all).
 
@@ -76,36 +92,16 @@ def tasks_named(activity: dict[str, Any]) -> set[str] | None:
 
 
 def write_brief(path: str, data: bytes) -> bool:
-    """Write ``data`` to ``path`` atomically; False (and nothing written) when it already holds it.
+    """Write ``data`` to ``path`` atomically, owner-only; False (and nothing written) when it already holds it.
 
-    Temp file in the same directory, fsync, rename, then fsync the directory: a reader sees the
-    old brief or the new one, never a part, and a crash leaves one of the two.
+    A reader sees the old brief or the new one, never a part, and a crash leaves one of the two
+    (``files.write_atomic``).
     """
-    directory = os.path.dirname(path)
     try:
         with open(path, "rb") as handle:
             if handle.read(len(data) + 1) == data:
                 return False
     except FileNotFoundError:
-        os.makedirs(directory, exist_ok=True)
-    temp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
-    if hasattr(os, "O_DIRECTORY"):
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        pass
+    write_atomic(Path(path), data)
     return True

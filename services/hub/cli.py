@@ -24,6 +24,7 @@ import structlog
 from shared import hub_protocol as hp
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
+from .files import NotOwned, restrict_umask
 from .pointer import (
     HubFiles,
     OwnerLock,
@@ -90,6 +91,20 @@ def open_log(files: HubFiles, *, to_stderr: bool | None, stderr: TextIO) -> tupl
     except (OSError, ValueError):
         same = False
     return stderr, files.log if same else None
+
+
+def protected_dirs(board_url: str, runtime: Path) -> tuple[Path, ...]:
+    """Where no brief may be written: the runtime directory, this board's data directory as its
+    pointer names it, and the default data directory (the board also reports its own)."""
+    dirs = [runtime, data_dir(os.environ, Path.home(), platform=sys.platform)]
+    board = read_json(runtime / BOARD_POINTER)
+    if board and isinstance(board.get("data_dir"), str) and isinstance(board.get("url"), str):
+        try:
+            if hp.resolve_board_url(board["url"]) == hp.resolve_board_url(board_url):
+                dirs.append(Path(board["data_dir"]))
+        except ValueError:
+            pass
+    return tuple(dirs)
 
 
 def configure_logging(stream: TextIO, *, secret: str) -> None:
@@ -203,9 +218,13 @@ def serve_command(
         resolved = hp.resolve_board_url(board_url)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--board") from None
+    restrict_umask()
     token = resolve_token(board_url, token_file, os.environ)
     runtime = runtime_dir(os.environ, Path.home())
-    ensure_private_dir(runtime)
+    try:
+        ensure_private_dir(runtime)
+    except NotOwned as exc:
+        raise click.ClickException(str(exc)) from None
     files = HubFiles(runtime, hp.hub_key(resolved, token))
     if lock_fd is not None:
         lock = OwnerLock.inherit(files, lock_fd)
@@ -230,6 +249,7 @@ def serve_command(
         refresh_max_wait=refresh_max_wait,
         refresh_floor=refresh_floor,
         registrations_path=files.registrations,
+        protected_dirs=protected_dirs(board_url, runtime),
     )
     log.info("hub_starting", pid=os.getpid(), board=resolved, key=files.key, protocol=hp.HUB_PROTOCOL)
     try:

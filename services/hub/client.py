@@ -26,6 +26,7 @@ from shared import hub_protocol as hp
 from shared.ndjson import LineFramer, encode_line
 from shared.paths import runtime_dir as default_runtime_dir
 
+from .files import PRIVATE_UMASK
 from .pointer import HubFiles, OwnerLock, ensure_private_dir, open_private, pid_alive, read_lock_pid, read_pointer
 
 #: How long find-or-start may take before giving up, seconds.
@@ -256,6 +257,7 @@ def spawn_hub(
             stderr=log_fd,
             pass_fds=(lock.fd,),
             start_new_session=True,  # detached: no terminal signals, outlives the starter
+            umask=PRIVATE_UMASK,  # owner-only from its first file on (docs/security.md)
             cwd="/",
         )
     finally:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .files import ensure_private_dir, open_private, write_atomic
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: the hub's lock needs a msvcrt port
@@ -50,30 +52,10 @@ class HubFiles:
         return self.runtime / f"hub-{self.key}.registrations.json"
 
 
-def ensure_private_dir(path: Path) -> None:
-    """The runtime directory is owner-only (0700), however it came to exist."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
-
-
-def open_private(path: Path, flags: int) -> int:
-    """Open (creating 0600) a file in the runtime directory; an existing file is forced to 0600."""
-    fd = os.open(path, flags | os.O_CREAT, 0o600)
-    os.fchmod(fd, 0o600)
-    return fd
-
-
 def write_json_atomic(path: Path, record: dict[str, Any]) -> None:
     """Write owner-only through a temp file and rename, so readers never see half a record."""
     ensure_private_dir(path.parent)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = open_private(temp, os.O_WRONLY | os.O_TRUNC)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=2)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
+    write_atomic(path, (json.dumps(record, indent=2) + "\n").encode())
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -40,7 +40,7 @@ import structlog
 from shared import hub_protocol as hp
 from shared.timestamps import format_timestamp, parse_timestamp
 
-from .briefs import dir_target, path_problem, tasks_named, write_brief
+from .briefs import dir_target, path_problem, protected_problem, tasks_named, write_brief
 from .cadence import RefreshSchedule
 from .pointer import read_json, write_json_atomic
 
@@ -59,6 +59,10 @@ class WatchSettings:
     floor: float = hp.REFRESH_FLOOR
     #: Where detached registrations persist; None keeps them in memory only.
     path: Path | None = None
+    #: Directories no brief may be written into (the runtime directory, the board's data
+    #: directory); the registrations file's directory and the data directory the board reports
+    #: are added to them.
+    protected: tuple[Path, ...] = ()
 
 
 class Refused(Exception):
@@ -232,6 +236,8 @@ class Registrations:
         self._http: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        #: The board's data directory as ``GET /api/v1/board/status`` reported it ("" if it did not).
+        self._board_data_dir: str | None = None
         #: Set once the persisted registrations are back (``watch-status`` answers after it).
         self.rehydrated = asyncio.Event()
         #: Renders and writes done (the bench and the tests read these).
@@ -307,6 +313,29 @@ class Registrations:
         if status == 404:
             raise RenderFailed(hp.NOT_FOUND, message, permanent=True)
         raise RenderFailed(hp.BOARD_UNAVAILABLE, f"the board answered {status} {code}: {message}", permanent=False)
+
+    async def protected_dirs(self) -> tuple[str, ...]:
+        """Where no brief may go: our own state and the board's, whatever the request says."""
+        if self._board_data_dir is None:
+            try:
+                async with self._session().get(f"{self._url}/api/v1/board/status") as response:
+                    body = await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                status, body = 0, b""  # the board is down: ask again next time
+            if status:
+                try:
+                    reported = orjson.loads(body).get("data_dir") if status == 200 else None
+                except (orjson.JSONDecodeError, AttributeError):
+                    reported = None
+                self._board_data_dir = reported if isinstance(reported, str) else ""
+        return self._own_dirs() + ((self._board_data_dir,) if self._board_data_dir else ())
+
+    def _own_dirs(self) -> tuple[str, ...]:
+        dirs = [str(directory) for directory in self.settings.protected]
+        if self.settings.path is not None:
+            dirs.append(str(self.settings.path.parent))
+        return tuple(dirs)
 
     async def _write(self, path: str, markdown: str) -> bool:
         written = await asyncio.get_running_loop().run_in_executor(None, write_brief, path, markdown.encode("utf-8"))
@@ -513,12 +542,16 @@ class Registrations:
 
     async def _plan(self, fields: dict[str, Any]) -> tuple[list[_Planned], int | None]:
         detach = fields["detach"]
+        protected = await self.protected_dirs()
         if fields["cards"] is not None:
             wanted = [(card["ref"], card["out"]) for card in fields["cards"]]
-            problems = [problem for _, out in wanted if (problem := path_problem(out))]
+            problems = [
+                problem for _, out in wanted
+                if (problem := protected_problem(out, protected) or path_problem(out))
+            ]
         else:
             wanted = [(ref, None) for ref in fields["refs"]]
-            problem = path_problem(fields["dir"], directory=True)
+            problem = protected_problem(fields["dir"], protected) or path_problem(fields["dir"], directory=True)
             problems = [problem] if problem else []
         if problems:
             raise Refused(hp.VALIDATION_FAILED, "; ".join(problems), field="paths", problems=problems)
@@ -552,7 +585,7 @@ class Registrations:
                 seen[card.task_id] = ref
                 if out is None:
                     path = dir_target(fields["dir"], card.identifier)
-                    if problem := path_problem(path):
+                    if problem := protected_problem(path, protected) or path_problem(path):
                         raise Refused(hp.VALIDATION_FAILED, problem, field="paths", problems=[problem])
                 else:
                     path = out
@@ -760,6 +793,11 @@ class Registrations:
             return None
         if not cards or any(not os.path.isabs(c.path) for c in cards) or reg.id in self._by_id:
             log.warning("registration_unusable", registration=str(entry.get("registration_id")))
+            return None
+        own = self._own_dirs()
+        if any(protected_problem(c.path, own) for c in cards):
+            # Written by a hub that did not check: keeping it would clobber our own state again.
+            log.warning("registration_unusable", registration=reg.id, reason="protected_path")
             return None
         if reg.expires_at is not None and reg.expires_at <= time.time():
             log.info("registration_expired", registration=reg.id)

@@ -74,6 +74,8 @@ class HubSettings:
     refresh_floor: float = hp.REFRESH_FLOOR
     #: ``hub-<key>.registrations.json``; None keeps detached registrations in memory only.
     registrations_path: Path | None = None
+    #: Directories no brief may be written into (runtime and data directories, docs/security.md).
+    protected_dirs: tuple[Path, ...] = ()
 
 
 class Hub:
@@ -94,6 +96,7 @@ class Hub:
                 max_wait=settings.refresh_max_wait,
                 floor=settings.refresh_floor,
                 path=settings.registrations_path,
+                protected=settings.protected_dirs,
             ),
             revision=lambda: self.revision,
             on_change=self._arm_idle_exit,

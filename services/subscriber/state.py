@@ -17,6 +17,8 @@ from typing import Any, Final
 
 from shared.timestamps import format_timestamp
 
+from .files import write_atomic
+
 STATE_FILE: Final = "subscribe.state.json"
 STATE_VERSION: Final = 1
 
@@ -39,15 +41,7 @@ def state_path(state_dir: Path) -> Path:
 
 def write_state(path: Path, record: dict[str, Any]) -> None:
     """Replace ``path`` with ``record`` as one JSON object, atomically, owner-only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
+    write_atomic(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
 
 
 def read_state(path: Path) -> dict[str, Any] | None:

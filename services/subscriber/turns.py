@@ -146,13 +146,23 @@ class TurnRunner:
         *,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] | None = None,
+        umask: int | None = None,
     ) -> None:
         self.command = command
         self.state_dir = state_dir
+        #: The umask the command runs with (the subscriber's own is owner-only); None inherits it.
+        self.umask = umask
         self._environ = environ
         self._clock = clock
         self._process: asyncio.subprocess.Process | None = None
         self._holding = False
+
+    def _shell_command(self) -> str:
+        """The command, given back the umask the subscriber started with: uvloop's spawn takes no
+        ``umask``, and a ``preexec_fn`` is not safe in a process with threads."""
+        if self.umask is None:
+            return self.command
+        return f"umask {self.umask:04o}\n{self.command}"
 
     @property
     def running(self) -> bool:
@@ -174,7 +184,7 @@ class TurnRunner:
             env = wake_environment(turn, os.environ if self._environ is None else self._environ)
             try:
                 self._process = await asyncio.create_subprocess_shell(
-                    self.command, env=env, stdin=asyncio.subprocess.DEVNULL, start_new_session=True
+                    self._shell_command(), env=env, stdin=asyncio.subprocess.DEVNULL, start_new_session=True
                 )
             except OSError as exc:
                 # Counted as run: a command that cannot start must not be retried in a hot loop.

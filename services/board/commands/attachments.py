@@ -10,7 +10,6 @@ on the writer thread (``purge_blob``), serialised with the inserts that could re
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import sqlite3
 from pathlib import Path
@@ -82,17 +81,6 @@ def blob_path(root: Path, sha256: str) -> Path:
     return root / sha256[:2] / sha256
 
 
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename durable (POSIX); Windows cannot open a directory and does not need it."""
-    if not hasattr(os, "O_DIRECTORY"):
-        return
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_blob(root: Path, data: bytes, sha256: str | None = None) -> str:
     """Store ``data`` under its digest (atomically; a blob already there is kept); returns the digest."""
     sha256 = sha256 or hashlib.sha256(data).hexdigest()
@@ -100,7 +88,6 @@ def write_blob(root: Path, data: bytes, sha256: str | None = None) -> str:
     if path.is_file():
         return sha256
     write_atomic(path, data)
-    _fsync_directory(path.parent)
     return sha256
 
 
