@@ -130,6 +130,19 @@ def configure_logging(stream: TextIO, *, secret: str) -> None:
 async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock, *, log_file: Path | None) -> None:
     hub = Hub(settings)
     await hub.start()
+    # Handlers before the pointer: a SIGTERM from whoever just read it must still remove it.
+    loop = asyncio.get_running_loop()
+    signals_seen = 0
+
+    def on_signal() -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen > 1:
+            os._exit(130)
+        asyncio.ensure_future(hub.stop("hub_stopping"))
+
+    for sig in HANDLED_SIGNALS:
+        loop.add_signal_handler(sig, on_signal)
     write_json_atomic(
         files.pointer,
         {
@@ -145,18 +158,6 @@ async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock, *, log_fi
     )
     log.info("hub_pointer_written", pointer=str(files.pointer), pid=os.getpid(), port=hub.port)
 
-    loop = asyncio.get_running_loop()
-    signals_seen = 0
-
-    def on_signal() -> None:
-        nonlocal signals_seen
-        signals_seen += 1
-        if signals_seen > 1:
-            os._exit(130)
-        asyncio.ensure_future(hub.stop("hub_stopping"))
-
-    for sig in HANDLED_SIGNALS:
-        loop.add_signal_handler(sig, on_signal)
     try:
         await hub.stopped.wait()
     finally:
