@@ -24,11 +24,12 @@ import aiohttp
 import orjson
 import pytest
 
+from services.hub.server import Hub, HubSettings
 from shared import hub_protocol as hp
 from shared import limits
 from shared.ndjson import LineFramer, encode_line
 from shared.sse import SSEParser, encode_event
-from tests.support.board import API, VENV_BIN, BoardClient, TaskdProcess
+from tests.support.board import API, VENV_BIN, BoardClient, TaskdProcess, raw_connection, start_board
 
 from .support_bounds import head, sse_frames, start_taskd, stop_taskd
 
@@ -265,3 +266,55 @@ async def test_a_row_over_the_cap_is_refused_whole(taskd: TaskdProcess) -> None:
             assert reply.body["error"]["details"]["field"] == field, reply.body
         assert await head(client) == before
         assert (await client.get(f"{API}/tasks/{task['id']}")).body["labels"] == []
+
+
+async def test_a_row_written_before_the_limits_is_streamed_with_its_changes_omitted(tmp_path: Path) -> None:
+    """A row over the cap already in the file (an older board wrote it) must not stall the streams."""
+    board = await start_board(tmp_path / "data")
+    try:
+        async with aiohttp.ClientSession() as session:
+            client = BoardClient(board.url, board.token, session)
+            assert (await client.post(f"{API}/projects", {"id": "demo"})).status == 201
+            task = (await client.post(f"{API}/tasks", {"project": "demo", "title": "Old row"})).body
+            before = await head(client)
+            with raw_connection(board) as conn:
+                conn.execute(
+                    "INSERT INTO task_activities (task_id, project_id, actor_kind, actor_id, event, changes_json,"
+                    " revision, created_at) VALUES (?, 'demo', 'human', 'ann', 'task_moved', ?,"
+                    " (SELECT revision + 1 FROM global_revision), '2026-01-01T00:00:00.000Z')",
+                    (task["id"], orjson.dumps({"from": "todo", "to": "blocked", "blockedReason": "x" * (1 << 20)}).decode()),
+                )
+            assert (await client.post(f"{API}/tasks/{task['id']}/comments", {"body": "after it"})).status == 201
+            newest = await head(client)
+            frames = await sse_frames(board.url, board.token, after=before, until=newest)
+            assert [frame["event"] for frame in frames] == ["task_moved", "comment_added"]
+            assert frames[0]["changes"] == {"omitted": True}
+            listed = (await client.get(f"{API}/activities?after={before}")).body["items"]
+            assert listed == frames
+    finally:
+        await board.runner.cleanup()
+
+
+async def test_the_hub_never_writes_a_line_over_its_cap() -> None:
+    """Defence in depth for boards that are not ours: an oversize activity goes out without changes."""
+    hub = Hub(HubSettings(board_url="http://127.0.0.1:9", board_token="tl_x", max_line=2000))
+    activity = {"id": 7, "revision": 7, "task_id": "t", "project_id": "demo", "actor_kind": "human",
+                "actor_id": "ann", "event": "task_updated", "changes": {"pad": "x" * 5000}, "created_at": "now"}
+    hub.ring.restart(6)  # as after the board's first contact at revision 6
+    hub.board_event(7, activity)
+    ((revision, line),) = hub.ring.since(6) or []
+    assert revision == 7 and len(line) <= 2000 + 1
+    assert orjson.loads(line)["activity"] == {**activity, "changes": {"omitted": True}}
+
+
+async def test_a_long_meta_source_still_deduplicates_and_its_row_stays_small(taskd: TaskdProcess) -> None:
+    async with aiohttp.ClientSession() as session:
+        client = BoardClient(taskd.url, taskd.token, session)
+        assert (await client.post(f"{API}/projects", {"id": "demo"})).status == 201
+        body = {"project": "demo", "title": "From a long source", "meta": {"source": "s" * 20_000}}
+        first = await client.post(f"{API}/tasks", body)
+        again = await client.post(f"{API}/tasks", body)
+        assert (first.status, again.status) == (201, 200) and again.body["id"] == first.body["id"]
+        row = (await client.get(f"{API}/tasks/{first.body['id']}/activities")).body["items"][0]
+        assert row["changes"]["idem"].startswith("task|:|sha256:")
+        assert len(row["changes"]["idem"]) <= limits.IDEM_MAX_CHARS
