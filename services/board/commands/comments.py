@@ -19,8 +19,8 @@ from ..queries import require_task, task_to_dict
 from ..store import Tx
 from .common import check_text, load_task, new_id, refuse_archived, reload, set_status
 
-#: ``awaiting_reason`` is the question's first line, cut to fit a card.
-AWAITING_REASON_MAX_CHARS = 200
+#: ``awaiting_reason`` is the question's first line, cut to fit a card and its activity row.
+AWAITING_REASON_MAX_CHARS = limits.CHANGES_TEXT_MAX_CHARS
 
 
 def comment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
