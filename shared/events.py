@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from .limits import CHANGES_TEXT_MAX_CHARS
+
 PROJECT_CREATED: Final = "project_created"
 PROJECT_UPDATED: Final = "project_updated"
 TASK_CREATED: Final = "task_created"
@@ -85,7 +87,7 @@ HUMAN: Final = "human"
 SYSTEM: Final = "system"
 
 #: Task fields whose old and new values a ``task_updated`` row carries when short enough.
-BEFORE_AFTER_MAX_CHARS: Final = 200
+BEFORE_AFTER_MAX_CHARS: Final = CHANGES_TEXT_MAX_CHARS
 
 
 def _compact(**fields: Any) -> dict[str, Any]:

@@ -11,9 +11,10 @@ from typing import Any, Final
 import orjson
 
 from shared.errors import TaskloomError
+from shared.limits import HUB_MAX_LINE
 
-#: Longest line either side may send, in bytes before the ``\n`` (SPEC §7.3).
-MAX_LINE: Final = 1 << 20
+#: Longest line either side may send, in bytes before the ``\n`` (SPEC §7.3; ``shared/limits.py``).
+MAX_LINE: Final = HUB_MAX_LINE
 
 
 class MessageError(TaskloomError):

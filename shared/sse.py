@@ -12,8 +12,12 @@ import re
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-#: Default cap on one line, and on one message's accumulated data, in bytes.
-MAX_LINE: Final = 1 << 20
+from .limits import SSE_MAX_LINE
+
+#: Default cap on one line, and on one message's accumulated data, in bytes. Derived in
+#: ``shared/limits.py``: the board's largest frame fits it, and whatever fits it, the hub can
+#: forward as one NDJSON line.
+MAX_LINE: Final = SSE_MAX_LINE
 
 #: Keep-alive comment (SPEC §6.1); parses back as ``SSEComment("ping")``.
 PING: Final = b": ping\n\n"

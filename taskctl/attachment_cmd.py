@@ -10,12 +10,14 @@ from typing import Any
 
 import click
 
+from shared.limits import MAX_ATTACHMENT_BYTES
+
 from .command import REF, Invocation, command, current, drop_none
 from .context import Reply, TaskctlError
 from .output import Column
 from .render import short_time
 
-MAX_BYTES = 8 * 1024 * 1024
+MAX_BYTES = MAX_ATTACHMENT_BYTES
 ATTACHMENT_COLUMNS = [
     Column("ID", lambda a: a.get("id")),
     Column("SIZE", lambda a: human_size(a.get("size"))),

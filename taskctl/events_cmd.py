@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import click
 
+from shared.limits import SSE_MAX_LINE
 from shared.sse import SSEComment, SSEMessage, SSEParser, SSEProtocolError
 
 from .command import TaskRef, command, current
@@ -76,7 +77,7 @@ def tail_stream(
     factory = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     # No read timeout: a quiet board sends only pings, and the user ends the tail with Ctrl-C.
     conn = factory(parts.hostname or "", parts.port, timeout=None)
-    parser = SSEParser(last_event_id=str(after))
+    parser = SSEParser(max_line=SSE_MAX_LINE, last_event_id=str(after))
     cursor = after
     try:
         try:

@@ -12,11 +12,21 @@ from typing import Any
 import orjson
 
 from shared.errors import validation
+from shared.limits import MAX_CHANGES_BYTES
 
 ACTIVITY_COLUMNS = "id, task_id, project_id, actor_kind, actor_id, event, changes_json, revision, created_at"
 REPLAY_PAGE = 500
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+
+
+def _changes(text: str) -> Any:
+    """A row's ``changes``; one larger than a frame allows (written before the bound existed) is
+    replaced by a marker, so it cannot stall every stream at its revision (events are signals)."""
+    # A character is 1–4 bytes of UTF-8: only a long text needs encoding to be measured.
+    if len(text) * 4 > MAX_CHANGES_BYTES and len(text.encode()) > MAX_CHANGES_BYTES:
+        return {"omitted": True}
+    return orjson.loads(text)
 
 
 def to_frame(row: sqlite3.Row) -> dict[str, Any]:
@@ -29,7 +39,7 @@ def to_frame(row: sqlite3.Row) -> dict[str, Any]:
         "actor_kind": row["actor_kind"],
         "actor_id": row["actor_id"],
         "event": row["event"],
-        "changes": orjson.loads(row["changes_json"]),
+        "changes": _changes(row["changes_json"]),
         "created_at": row["created_at"],
     }
 

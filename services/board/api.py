@@ -15,18 +15,20 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from shared import limits
 from shared.errors import TaskloomError, validation
 from shared.events import SYSTEM
+from shared.json_bounds import check_free_form, check_json
 
 from . import domain
 from .store import Actor, SqliteStore
 
-MAX_BODY_BYTES = 1 << 20
-MAX_ATTACHMENT_BYTES = 8 << 20
+MAX_BODY_BYTES = limits.MAX_BODY_BYTES
+MAX_ATTACHMENT_BYTES = limits.MAX_ATTACHMENT_BYTES
 PREFIX = "/api/v1"
 #: SQLite integers are signed 64-bit; a larger number would fail deep in the driver as a 500.
-INT_MIN = -(1 << 63)
-INT_MAX = (1 << 63) - 1
+INT_MIN = limits.INT64_MIN
+INT_MAX = limits.INT64_MAX
 #: ASCII digits only: ``str.isdigit`` also takes '²' and '١', which ``int()`` reads or refuses.
 _INTEGER = re.compile(r"-?[0-9]+")
 
@@ -94,8 +96,17 @@ def check_body(payload: Any, schema: Schema) -> dict[str, Any]:
             if spec.required:
                 raise validation(f"{name} is required", field=name)
             continue
+        _check_bounds(name, spec, payload[name])
         checked[name] = _check_value(name, spec, payload[name])
     return checked
+
+
+def _check_bounds(name: str, spec: F, value: Any) -> None:
+    """Depth, 64-bit numbers and (free-form objects) size, before anything is stored or echoed."""
+    if spec.type in ("dict", "any"):
+        check_free_form(value, field=name)
+    elif isinstance(value, (dict, list)):
+        check_json(value, field=name)
 
 
 def _parse_query_value(name: str, spec: F, raw: str) -> Any:
@@ -212,8 +223,16 @@ def resolve_actor(request: web.Request) -> Actor:
     actor_id = request.headers.get(ACTOR_HEADER, "").strip()
     kind = request.headers.get(ACTOR_KIND_HEADER, "").strip() or "human"
     if actor_id:
-        if len(actor_id) > 200 or len(kind) > 64:
-            raise validation("actor id or kind is too long", actor=actor_id[:64])
+        if not (_is_utf8(actor_id) and _is_utf8(kind)):
+            # aiohttp hands undecodable header bytes over as surrogates, which neither SQLite nor
+            # the JSON encoder (nor this error's own body) can carry.
+            raise validation(f"{ACTOR_HEADER} and {ACTOR_KIND_HEADER} must be UTF-8 text", field=ACTOR_HEADER)
+        if len(actor_id) > limits.ACTOR_ID_MAX_CHARS or len(kind) > limits.ACTOR_KIND_MAX_CHARS:
+            raise validation(
+                f"actor id or kind is too long (at most {limits.ACTOR_ID_MAX_CHARS} and"
+                f" {limits.ACTOR_KIND_MAX_CHARS} characters)",
+                actor=actor_id[:64],
+            )
         domain.check_actor_kind(kind, ACTOR_KIND_HEADER)
         if kind == SYSTEM:
             raise validation(
@@ -230,6 +249,14 @@ def resolve_actor(request: web.Request) -> Actor:
         f"every write names its actor: send {ACTOR_HEADER} (and {ACTOR_KIND_HEADER})",
         hint="taskctl fills these from --actor/--actor-kind or TASKLOOM_ACTOR/TASKLOOM_ACTOR_KIND",
     )
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
+import sqlite3
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +42,14 @@ if TYPE_CHECKING:
 log = structlog.get_logger("taskd")
 
 
-async def serve(settings: BoardSettings, *, lock: DataDirLock | None = None) -> None:
+@dataclass
+class Startup:
+    """Whether ``serve`` got as far as listening: a failure before that is a failed start."""
+
+    done: bool = False
+
+
+async def serve(settings: BoardSettings, *, lock: DataDirLock | None = None, startup: Startup | None = None) -> None:
     from aiohttp import web
 
     app = create_app(settings)
@@ -78,6 +88,8 @@ async def serve(settings: BoardSettings, *, lock: DataDirLock | None = None) -> 
             "token_file": str(settings.token_path),
         },
     )
+    if startup is not None:
+        startup.done = True
     if lock is not None:
         lock.stamp(url=url)
     log.info("board_listening", url=url, data_dir=str(settings.data_dir), board_id=meta)
@@ -217,12 +229,50 @@ def serve_command(
         uvloop.install()
     except ImportError:
         pass
+    startup = Startup()
+    found = _entries(directory)
     try:
         lock = prepare_data_dir(directory, runtime_dir(os.environ, Path.home()))
         check_schema(settings, repair=repair_schema)
-        asyncio.run(serve(settings, lock=lock))
+        asyncio.run(serve(settings, lock=lock, startup=startup))
     except (SchemaTooNew, SchemaDamaged, DataDirBusy, NotOwned) as exc:
         raise click.ClickException(str(exc)) from exc
+    except (OSError, sqlite3.Error) as exc:
+        if startup.done:
+            raise
+        # A disk that is full (or read-only, or failing) at start: one line, exit 1, and the data
+        # directory as this start found it.
+        _remove_new_entries(directory, found)
+        raise click.ClickException(f"cannot start the board in {directory}: {_describe(exc)}; nothing was written") from None
+
+
+def _entries(directory: Path) -> set[str] | None:
+    """The names in ``directory`` now; None when it does not exist."""
+    try:
+        return {entry.name for entry in directory.iterdir()}
+    except FileNotFoundError:
+        return None
+
+
+def _remove_new_entries(directory: Path, found: set[str] | None) -> None:
+    """Undo a failed start: what it created in ``directory`` (or ``directory`` itself) goes."""
+    if found is None:
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    for entry in directory.iterdir():
+        if entry.name in found:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _describe(exc: OSError | sqlite3.Error) -> str:
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{(exc.strerror or str(exc)).lower()}{where}"
+    return str(exc)
 
 
 if __name__ == "__main__":

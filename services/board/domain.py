@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from shared import limits
 from shared.errors import validation
 
 STATUSES: Final = ("backlog", "todo", "in_progress", "awaiting", "blocked", "in_review", "done", "canceled")
@@ -29,12 +30,12 @@ TRANSITIONS: Final[dict[str, frozenset[str]]] = {
 #: Reopen is the only way out of a terminal status.
 REOPEN: Final[frozenset[tuple[str, str]]] = frozenset({("done", "todo"), ("canceled", "todo")})
 
-TITLE_MAX_CHARS: Final = 500
-PROJECT_NAME_MAX_CHARS: Final = 200
+TITLE_MAX_CHARS: Final = limits.TITLE_MAX_CHARS
+PROJECT_NAME_MAX_CHARS: Final = limits.PROJECT_NAME_MAX_CHARS
 MIN_REASON_CHARS: Final = 8
 MAX_PARENT_DEPTH: Final = 8
 MAX_PARENT_FAN_IN: Final = 8
-ATTACHMENT_MAX_BYTES: Final = 8 * 1024 * 1024
+ATTACHMENT_MAX_BYTES: Final = limits.MAX_ATTACHMENT_BYTES
 
 #: Claim freshness windows (SPEC §4.4), in seconds; configurable per board.
 CLAIM_FRESH_SECONDS: Final = 10 * 60

@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
-MAX_REPORT_BYTES: Final = 256 * 1024
+from shared.limits import REPORT_MAX_BYTES
+
+MAX_REPORT_BYTES: Final = REPORT_MAX_BYTES
 REQUIRED_SECTIONS: Final = ("Summary", "Changes", "Verification")
 OPTIONAL_SECTIONS: Final = ("Notes",)
 

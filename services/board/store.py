@@ -34,6 +34,7 @@ import structlog
 
 from shared.errors import ERROR_STATUS, TaskloomError
 from shared.events import EVENT_SET
+from shared.limits import MAX_ACTIVITY_BYTES, MAX_CHANGES_BYTES
 from shared.timestamps import format_timestamp
 
 P = ParamSpec("P")
@@ -300,6 +301,24 @@ def translate_error(exc: BaseException) -> BaseException:
     return error
 
 
+def refuse_unencodable(result: Any) -> None:
+    """Encode a command's result before its COMMIT: a caller must never hear 500 about a change
+    that was written (its retry would write it twice). Types JSON has no word for are the route's
+    business (it reshapes them); what is checked is that every value can be encoded."""
+    try:
+        orjson.dumps(result, default=_opaque)
+    except orjson.JSONEncodeError as exc:
+        raise TaskloomError(
+            "VALIDATION_FAILED",
+            f"this change would produce a response that cannot be encoded as JSON ({exc}); nothing was written",
+            details={"reason": str(exc)},
+        ) from exc
+
+
+def _opaque(value: Any) -> None:
+    return None
+
+
 def batch_lost(exc: BaseException) -> TaskloomError:
     """A transaction that could not begin or commit: every command in it is unwritten, retry later."""
     error = TaskloomError(
@@ -344,10 +363,27 @@ class Tx:
             raise ValueError(f"undeclared event {event!r}")
         who = actor or self.actor
         revision = self.conn.execute("SELECT revision + 1 FROM global_revision WHERE singleton = 1").fetchone()[0]
+        changes_json = orjson.dumps(changes)
+        frame_size = len(changes_json) + len(
+            orjson.dumps({
+                "id": revision, "revision": revision, "task_id": task_id, "project_id": project_id,
+                "actor_kind": who.kind, "actor_id": who.id, "event": event, "changes": None, "created_at": self.now,
+            })
+        )
+        if len(changes_json) > MAX_CHANGES_BYTES or frame_size > MAX_ACTIVITY_BYTES:
+            # The backstop of shared/limits.py: a row this large would not fit the frames and lines
+            # downstream, and would stall every stream at its revision. The field limits keep every
+            # command below it; refusing here writes nothing.
+            raise TaskloomError(
+                "VALIDATION_FAILED",
+                f"this change would write a {event} row of {frame_size} bytes; at most {MAX_ACTIVITY_BYTES} fit a frame",
+                details={"event": event, "size": frame_size, "limit": MAX_ACTIVITY_BYTES},
+                hint="send less text at once",
+            )
         self.conn.execute(
             "INSERT INTO task_activities (task_id, project_id, actor_kind, actor_id, event, changes_json, revision,"
             " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (task_id, project_id, who.kind, who.id, event, orjson.dumps(changes).decode(), revision, self.now),
+            (task_id, project_id, who.kind, who.id, event, changes_json.decode(), revision, self.now),
         )
         self.appended.append(revision)
         return revision
@@ -469,6 +505,7 @@ class SqliteStore:
             # another process made this command wait.
             tx = Tx(conn, actor, self.clock())
             result = fn(tx, *args, **kwargs)
+            refuse_unencodable(result)
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.in_transaction:
@@ -574,6 +611,7 @@ class SqliteStore:
                 conn.execute("SAVEPOINT command")
             try:
                 job.result = job.fn(tx, *job.args, **job.kwargs)
+                refuse_unencodable(job.result)
             except Exception as exc:  # noqa: BLE001 - any refusal or bug is this command's alone
                 job.error = translate_error(exc)
                 if not conn.in_transaction:

@@ -17,6 +17,7 @@ import orjson
 import structlog
 
 from shared import hub_protocol as hp
+from shared.limits import SSE_MAX_LINE
 from shared.sse import SSEMessage, SSEParser, SSEProtocolError
 
 log = structlog.get_logger("taskhub")
@@ -152,7 +153,7 @@ class BoardLink:
         self._sink.board_reset(reason, board_id, head)
 
     async def _read(self, response: aiohttp.ClientResponse) -> None:
-        parser = SSEParser(last_event_id=str(self.cursor))
+        parser = SSEParser(max_line=SSE_MAX_LINE, last_event_id=str(self.cursor))
         content = response.content
         while True:
             # Our own watchdog on top of aiohttp's sock_read: the board pings every 15 s, so a

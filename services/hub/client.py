@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from shared import hub_protocol as hp
+from shared.limits import HUB_MAX_LINE
 from shared.ndjson import LineFramer, encode_line
 from shared.paths import runtime_dir as default_runtime_dir
 
@@ -72,7 +73,7 @@ class HubSession:
         self.reader = reader
         self.writer = writer
         self.welcome = welcome
-        self._framer = LineFramer()
+        self._framer = LineFramer(HUB_MAX_LINE)
         self._pending: list[bytes] = []
 
     @classmethod

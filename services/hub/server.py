@@ -263,6 +263,12 @@ class Hub:
 
     def board_event(self, revision: int, activity: dict[str, Any]) -> None:
         line = encode_line(hp.event(revision=revision, activity=activity))
+        if len(line) - 1 > self.settings.max_line:
+            # shared/limits.py makes this impossible for frames our SSE parser accepts; a board
+            # that is not ours still must not make followers close on LineTooLong. Events are
+            # signals: forward that something changed, without the changes.
+            log.warning("board_event_too_large", revision=revision, size=len(line))
+            line = encode_line(hp.event(revision=revision, activity={**activity, "changes": {"omitted": True}}))
         self.revision = revision
         self.ring.append(revision, line)
         for connection in self.followers:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from shared import events
+from shared import events, limits
 from shared.errors import TaskloomError, not_found, validation
 
 from .. import domain
@@ -25,7 +25,14 @@ from ..queries import require_task
 from ..store import Tx
 from .common import load_task, new_id, refuse_archived, require_reason
 
-ITEM_MAX_CHARS = 2000
+ITEM_MAX_CHARS = limits.ACCEPTANCE_ITEM_MAX_CHARS
+
+
+def _entry(item_id: str, text: str) -> dict[str, Any]:
+    """An item as an activity row names it: its text when short, else its id only (shared/limits.py)."""
+    if len(text) <= limits.CHANGES_TEXT_MAX_CHARS:
+        return {"id": item_id, "text": text}
+    return {"id": item_id}
 
 
 def list_revision(conn: sqlite3.Connection, task_id: str) -> int:
@@ -66,13 +73,18 @@ def _refuse_closed(task: sqlite3.Row) -> None:
 
 
 def _clean_items(tx: Tx, task: sqlite3.Row, items: list[str]) -> list[str]:
+    if len(items) > limits.MAX_ACCEPTANCE_ITEMS_PER_CHANGE:
+        raise validation(
+            f"at most {limits.MAX_ACCEPTANCE_ITEMS_PER_CHANGE} acceptance items are added at once",
+            field="items", count=len(items), limit=limits.MAX_ACCEPTANCE_ITEMS_PER_CHANGE,
+        )
     cleaned: list[str] = []
     for raw in items:
         text = raw.strip()
         if not text:
             raise validation("an acceptance item must not be empty", items=items)
         if len(text) > ITEM_MAX_CHARS:
-            raise validation(f"an acceptance item is at most {ITEM_MAX_CHARS} characters", length=len(text))
+            raise validation(f"an acceptance item is at most {ITEM_MAX_CHARS} characters", field="items", length=len(text))
         if text in cleaned:
             raise validation("the same acceptance item is given twice", duplicate=text)
         cleaned.append(text)
@@ -118,7 +130,7 @@ def change_acceptance(
                 "INSERT INTO acceptance_items (id, task_id, position, text, created_at) VALUES (?, ?, ?, ?, ?)",
                 (item_id, task["id"], start["top"] + offset, text, tx.now),  # type: ignore[index]
             )
-            entries.append({"id": item_id, "text": text})
+            entries.append(_entry(item_id, text))
         tx.execute(BUMP_LIST_REVISION, (task["id"],))
         tx.record(
             events.ACCEPTANCE_CHANGED,
@@ -152,7 +164,7 @@ def prune_acceptance(tx: Tx, ref: str, item_id: str, *, reason: str, if_version:
         raise not_found("acceptance_item", item_id)
     tx.record(
         events.ACCEPTANCE_PRUNED,
-        events.acceptance_pruned(reason=reason, removed=[{"id": item["id"], "text": item["text"]}]),
+        events.acceptance_pruned(reason=reason, removed=[_entry(item["id"], item["text"])]),
         task_id=task["id"],
         project_id=task["project_id"],
     )

@@ -5,18 +5,25 @@ the same directory, fsync, rename) *before* the transaction that records its row
 a failed transaction is harmless, a row without its blob is not. Blobs are shared by every row
 with the same content, so one is unlinked only when no row names it any more, and that check runs
 on the writer thread (``purge_blob``), serialised with the inserts that could revive it.
+
+A blob that cannot be written (disk full, quota, I/O error) is ``503 STORE_UNAVAILABLE`` and leaves
+nothing behind: the temp file is removed by ``write_atomic`` and the directories this write
+created are removed again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import re
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from shared import events
+from shared import events, limits
 from shared.errors import TaskloomError, not_found, validation
 
 from .. import domain
@@ -25,8 +32,8 @@ from ..store import Tx
 from ..files import write_atomic
 from .common import load_task, new_id, refuse_archived
 
-FILENAME_MAX_CHARS = 255
-CONTENT_TYPE_MAX_CHARS = 255
+FILENAME_MAX_CHARS = limits.FILENAME_MAX_CHARS
+CONTENT_TYPE_MAX_CHARS = limits.CONTENT_TYPE_MAX_CHARS
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 # RFC 9110 §8.3.1: type "/" subtype, both tokens, then optional parameters.
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
@@ -81,13 +88,45 @@ def blob_path(root: Path, sha256: str) -> Path:
     return root / sha256[:2] / sha256
 
 
+#: Blob writes run in executor threads; one at a time, so a failed write removing the directory
+#: it created cannot pull it from under another write that is about to use it.
+_BLOB_WRITES = threading.Lock()
+
+
+def _missing_directories(directory: Path) -> list[Path]:
+    """``directory`` and its ancestors that do not exist yet, outermost first."""
+    missing: list[Path] = []
+    while not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing[::-1]
+
+
+def store_unavailable(exc: OSError) -> TaskloomError:
+    name = errno.errorcode.get(exc.errno or 0, "EIO")
+    return TaskloomError(
+        "STORE_UNAVAILABLE",
+        f"the board could not store the attachment: {exc.strerror or exc}",
+        details={"errno": name, "retry_after": 1},
+        hint="nothing was written; free space on the board's disk (its data directory) and retry",
+    )
+
+
 def write_blob(root: Path, data: bytes, sha256: str | None = None) -> str:
     """Store ``data`` under its digest (atomically; a blob already there is kept); returns the digest."""
     sha256 = sha256 or hashlib.sha256(data).hexdigest()
     path = blob_path(root, sha256)
     if path.is_file():
         return sha256
-    write_atomic(path, data)
+    with _BLOB_WRITES:
+        created = _missing_directories(path.parent)
+        try:
+            write_atomic(path, data)
+        except OSError as exc:
+            for directory in reversed(created):
+                with contextlib.suppress(OSError):  # not empty: another blob lives there now
+                    directory.rmdir()
+            raise store_unavailable(exc) from exc
     return sha256
 
 

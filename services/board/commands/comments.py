@@ -10,17 +10,17 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from shared import events
+from shared import events, limits
 from shared.errors import TaskloomError, validation
 
 from .. import domain
 from ..activities import decode_cursor, encode_cursor
 from ..queries import require_task, task_to_dict
 from ..store import Tx
-from .common import load_task, new_id, refuse_archived, reload, set_status
+from .common import check_text, load_task, new_id, refuse_archived, reload, set_status
 
-#: ``awaiting_reason`` is the question's first line, cut to fit a card.
-AWAITING_REASON_MAX_CHARS = 200
+#: ``awaiting_reason`` is the question's first line, cut to fit a card and its activity row.
+AWAITING_REASON_MAX_CHARS = limits.CHANGES_TEXT_MAX_CHARS
 
 
 def comment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
@@ -39,6 +39,7 @@ def comment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
 def _check_body(body: str, what: str) -> str:
     if not body.strip():
         raise validation(f"{what} must not be empty", field="body")
+    check_text(body, field="body", limit=limits.COMMENT_MAX_CHARS)
     return body
 
 

@@ -13,13 +13,14 @@ from typing import Any
 
 import orjson
 
+from shared import limits
 from shared.errors import TaskloomError, validation
 
 from .. import domain
 from ..queries import require_task
 from ..store import Tx
 
-LABEL_MAX_CHARS = 64
+LABEL_MAX_CHARS = limits.LABEL_MAX_CHARS
 _LABEL_SPACES = re.compile(r"\s+")
 _LABEL_ALLOWED = re.compile(r"^[a-z0-9][a-z0-9._:/-]*$")
 
@@ -45,7 +46,19 @@ def load_task(tx: Tx, ref: str, *, if_version: int | None = None) -> sqlite3.Row
     return task
 
 
+def check_text(value: str | None, *, field: str, limit: int) -> None:
+    """Refuse text longer than its limit in ``shared/limits.py``, naming the field."""
+    if value is not None and len(value) > limit:
+        raise validation(f"{field} is at most {limit} characters", field=field, length=len(value), limit=limit)
+
+
+def check_reason(reason: str | None, *, field: str = "reason") -> None:
+    """A reason is written into the activity row, so it is bounded like one."""
+    check_text(reason, field=field, limit=limits.REASON_MAX_CHARS)
+
+
 def require_reason(reason: str | None, what: str) -> str:
+    check_reason(reason)
     text = (reason or "").strip()
     if len(text) < domain.MIN_REASON_CHARS:
         raise validation(f"{what} needs a reason of at least {domain.MIN_REASON_CHARS} characters", reason=reason)
@@ -72,6 +85,11 @@ def normalise_labels(raw: list[str]) -> list[str]:
     seen: dict[str, None] = {}
     for item in raw:
         seen.setdefault(normalise_label(item), None)
+    if len(seen) > limits.MAX_LABELS_PER_TASK:
+        raise validation(
+            f"a task has at most {limits.MAX_LABELS_PER_TASK} labels", field="labels", count=len(seen),
+            limit=limits.MAX_LABELS_PER_TASK,
+        )
     return list(seen)
 
 
@@ -99,6 +117,7 @@ def touch_actor(tx: Tx, kind: str, actor_id: str) -> dict[str, str]:
     """Record an assignee/reporter in the dictionary (audited by the caller's task event)."""
     if not kind.strip() or not actor_id.strip():
         raise validation("an actor needs both a kind and an id", kind=kind, id=actor_id)
+    check_actor(kind, actor_id, "actor")
     domain.check_actor_kind(kind, "kind")
     tx.execute(
         "INSERT INTO actors (kind, id, use_count, first_seen_at, last_seen_at) VALUES (?, ?, 1, ?, ?)"
@@ -106,6 +125,12 @@ def touch_actor(tx: Tx, kind: str, actor_id: str) -> dict[str, str]:
         (kind, actor_id, tx.now, tx.now),
     )
     return {"kind": kind, "id": actor_id}
+
+
+def check_actor(kind: str | None, actor_id: str | None, field: str) -> None:
+    """Actor names travel in activity rows (dictionaries, stoleFrom): bounded like the headers."""
+    check_text(kind, field=f"{field}_kind", limit=limits.ACTOR_KIND_MAX_CHARS)
+    check_text(actor_id, field=f"{field}_id", limit=limits.ACTOR_ID_MAX_CHARS)
 
 
 def set_status(tx: Tx, task: sqlite3.Row, to: str, **columns: Any) -> None:

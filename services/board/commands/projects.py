@@ -5,21 +5,30 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shared import events
+from shared import events, limits
 from shared.errors import TaskloomError, validation
+from shared.json_bounds import check_free_form
 
 from .. import domain
 from ..queries import get_project, require_project
 from ..store import Tx
-from .common import dumps
+from .common import check_text, dumps
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 UPDATABLE = ("name", "workspace_path", "meta", "settings")
 
 
 def _check_workspace(path: str | None) -> None:
+    check_text(path, field="workspace_path", limit=limits.WORKSPACE_PATH_MAX_CHARS)
     if path is not None and not path.startswith("/"):
         raise validation("workspace_path must be absolute", workspace_path=path)
+
+
+def _check_free_fields(readme: str | None, meta: Any, settings: Any) -> None:
+    check_text(readme, field="readme", limit=limits.README_MAX_CHARS)
+    for name, value in (("meta", meta), ("settings", settings)):
+        if value is not None:
+            check_free_form(value, field=name)
 
 
 def _check_name(name: str | None) -> None:
@@ -51,6 +60,7 @@ def create_project(
         raise validation("project id must be a slug: a-z, 0-9 and '-', at most 32 characters", id=id)
     _check_workspace(workspace_path)
     _check_name(name)
+    _check_free_fields(readme, meta, settings)
     if tx.one("SELECT 1 FROM projects WHERE id = ?", (id,)):
         raise TaskloomError("CONFLICT", f"project {id!r} already exists", details={"id": id})
     prefix = id.upper().replace("-", "")
@@ -76,6 +86,7 @@ def update_project(tx: Tx, project_id: str, **patch: Any) -> dict[str, Any]:
         _refuse_taken_workspace(tx, patch["workspace_path"], project_id)
     if "name" in patch:
         _check_name(patch["name"])
+    _check_free_fields(patch.get("readme"), patch.get("meta"), patch.get("settings"))
     changed = [name for name, value in patch.items() if current[name] != value]
     if not changed:
         return current

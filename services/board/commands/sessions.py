@@ -11,16 +11,16 @@ import hashlib
 import sqlite3
 from typing import Any
 
-from shared import events
+from shared import events, limits
 from shared.errors import TaskloomError, not_found, validation
 
 from .. import domain
 from ..queries import require_task
 from ..store import Tx
-from .common import load_task, refuse_archived
+from .common import check_actor, load_task, refuse_archived
 
 CLOSE_STATUSES = ("completed", "failed", "abandoned")
-PHASE_MAX_CHARS = 64
+PHASE_MAX_CHARS = limits.PHASE_MAX_CHARS
 SESSION_FIELDS = (
     "id", "task_id", "owner_kind", "owner_id", "seg", "phase", "status", "created_at", "updated_at", "closed_at",
 )
@@ -57,6 +57,7 @@ def register_session(
         raise validation("owner_kind and owner_id go together", owner_kind=owner_kind, owner_id=owner_id)
     if owner_kind is None or owner_id is None:
         owner_kind, owner_id = tx.actor.kind, tx.actor.id
+    check_actor(owner_kind, owner_id, "owner")
     if not owner_kind.strip() or not owner_id.strip():
         raise validation("owner_kind and owner_id must not be empty", owner_kind=owner_kind, owner_id=owner_id)
     domain.check_actor_kind(owner_kind, "owner_kind")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from datetime import timedelta
 from typing import Any
 
-from shared import events
+from shared import events, limits
 from shared.errors import TaskloomError, validation
+from shared.json_bounds import check_free_form
 from shared.timestamps import parse_timestamp
 
 from .. import domain
@@ -16,6 +18,9 @@ from ..store import Tx
 from . import rollup
 from .common import (
     apply_labels,
+    check_actor,
+    check_reason,
+    check_text,
     dumps,
     load_task,
     new_id,
@@ -44,6 +49,7 @@ def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
 def _pair(kind: str | None, actor_id: str | None, field: str) -> tuple[str | None, str | None]:
     if (kind is None) != (actor_id is None):
         raise validation(f"{field}_kind and {field}_id go together", **{f"{field}_kind": kind, f"{field}_id": actor_id})
+    check_actor(kind, actor_id, field)
     if kind is not None:
         domain.check_actor_kind(kind, f"{field}_kind")
     return kind, actor_id
@@ -78,7 +84,19 @@ def derive_idem(kind: str, assignee_kind: str | None, assignee_id: str | None, m
     source = meta.get("source")
     if not isinstance(source, str) or not source:
         return None
-    return f"{kind}|{assignee_kind or ''}:{assignee_id or ''}|{source}"
+    key = f"{kind}|{assignee_kind or ''}:{assignee_id or ''}|{source}"
+    if len(key) > limits.IDEM_MAX_CHARS:
+        # The same source still names the same key; the activity row stays small.
+        key = f"{kind}|{assignee_kind or ''}:{assignee_id or ''}|sha256:{hashlib.sha256(source.encode()).hexdigest()}"
+    return key
+
+
+def _check_fields(description: str | None = None, meta: Any = None, idem: str | None = None) -> None:
+    """Bounds of shared/limits.py on the free-text and free-form fields (the API checks them too)."""
+    check_text(description, field="description", limit=limits.DESCRIPTION_MAX_CHARS)
+    check_text(idem, field="idem", limit=limits.IDEM_MAX_CHARS)
+    if meta is not None:
+        check_free_form(meta, field="meta")
 
 
 def create_task(
@@ -109,6 +127,7 @@ def create_task(
         raise validation("a task starts in backlog or todo", status=status)
     _pair(assignee_kind, assignee_id, "assignee")
     _pair(reporter_kind, reporter_id, "reporter")
+    _check_fields(description, meta, idem)
     meta = meta or {}
     label_names = normalise_labels(labels or [])
     idem = idem or derive_idem(kind, assignee_kind, assignee_id, meta)
@@ -170,6 +189,7 @@ def update_task(tx: Tx, ref: str, *, if_version: int | None = None, **patch: Any
     if unknown:
         raise validation("unknown task fields", fields=sorted(unknown))
     current = task_to_dict(task)
+    _check_fields(patch.get("description"), patch.get("meta"))
     if "title" in patch:
         patch["title"] = _title(patch["title"])
     if "priority" in patch:
@@ -237,6 +257,7 @@ def claim_task(
     """todo → in_progress, or a re-claim of in_progress, judged by heartbeat freshness."""
     task = load_task(tx, ref, if_version=if_version)
     refuse_archived(task)
+    check_reason(reason)
     me = tx.actor
     if task["kind"] == "epic":
         raise TaskloomError("NOT_CLAIMABLE", f"{task['identifier']} is an epic; claim its children", details={"kind": "epic"})
@@ -371,6 +392,7 @@ def move_task(
 ) -> dict[str, Any]:
     task = load_task(tx, ref, if_version=if_version)
     refuse_archived(task)
+    check_reason(reason)
     if to == task["status"]:
         return task_to_dict(task)
     check_move(task, to)
@@ -420,6 +442,7 @@ def move_task(
 def reopen_task(tx: Tx, ref: str, *, reason: str, if_version: int | None = None) -> dict[str, Any]:
     task = load_task(tx, ref, if_version=if_version)
     refuse_archived(task)
+    check_reason(reason)
     if task["status"] not in domain.TERMINAL:
         raise TaskloomError(
             "INVALID_TRANSITION",
