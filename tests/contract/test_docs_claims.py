@@ -37,6 +37,7 @@ from services.hub.pointer import HubFiles, read_pointer
 from services.subscriber import coalesce, runner, turns, units
 from services.subscriber import state as subscriber_state
 from shared import hub_protocol as hp
+from shared import limits
 from shared.ndjson import MAX_LINE
 from shared.paths import data_dir, runtime_dir
 from taskctl import loop_cmd
@@ -287,8 +288,8 @@ def test_the_hub_logging_option_is_the_stated_one() -> None:
 def test_the_hub_constants_are_the_stated_ones() -> None:
     (generation,) = stated("docs/hub-protocol.md", r"Generation: `HUB_PROTOCOL = (\d+)`")
     assert hp.HUB_PROTOCOL == int(generation)
-    (line_cap,) = stated("docs/hub-protocol.md", r"at most \*\*(\d+) MiB\*\* per line")
-    assert MAX_LINE == int(line_cap) << 20
+    (line_cap, exact) = stated("docs/hub-protocol.md", r"at most \*\*(\d+) MiB\*\* \(([\d,]+) bytes, before the `\\n`\) per line")
+    assert MAX_LINE == limits.HUB_MAX_LINE == int(line_cap) << 20 == number(exact)
     (hello,) = stated("docs/hub-protocol.md", r"Within \*\*(\d+) s\*\* send `hello`")
     assert hp.HELLO_TIMEOUT == number(hello) == option(HUB_SERVE, "--hello-timeout").default
     (idle_exit,) = stated("docs/hub-protocol.md", r"The hub exits after (\d+) minutes with no connection and no registration")
