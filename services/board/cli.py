@@ -10,11 +10,13 @@ from pathlib import Path
 
 import click
 import structlog
+from aiohttp import web
 
 from shared.paths import data_dir as default_data_dir
 from shared.paths import runtime_dir
 
 from .app import CREDENTIALS, STORE, BoardSettings, configure_logging, create_app
+from .httpserver import BoardRunner
 from .pointer import remove_pointer_if_mine, write_pointer
 from .store import SchemaTooNew
 
@@ -25,10 +27,8 @@ log = structlog.get_logger("taskd")
 
 
 async def serve(settings: BoardSettings) -> None:
-    from aiohttp import web
-
     app = create_app(settings)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = BoardRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
     await site.start()
