@@ -1,11 +1,13 @@
-"""Board identity, the OpenAPI description, and login links for the browser."""
+"""Board identity, the OpenAPI description, and the browser's login links and logout."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from aiohttp import web
+
 from .. import activities
-from ..api import PREFIX, Call, Route
+from ..api import PREFIX, Call, Route, json_response
 from ..openapi import describe
 
 VERSION = "0.1.0"
@@ -39,8 +41,24 @@ async def login_link(call: Call) -> Any:
     return {"url": f"{base}/login?code={code}"}
 
 
+async def logout(call: Call) -> web.StreamResponse:
+    """End the browser session the request carries, on the board and in the browser."""
+    from ..app import CREDENTIALS, SESSION
+
+    credentials = call.request.app[CREDENTIALS]
+    session = credentials.check_session(call.request.cookies.get(credentials.cookie_name))
+    if session is not None:
+        await credentials.end_session(session)
+    call.request[SESSION] = None  # no renewed cookie on this answer
+    response = json_response({"logged_out": session is not None})
+    response.del_cookie(credentials.cookie_name, path="/", httponly=True, samesite="Strict")
+    return response
+
+
 ROUTES = [
     Route("GET", f"{PREFIX}/meta", board_meta, "Board identity and head revision"),
     Route("GET", f"{PREFIX}/openapi.json", openapi, "This API as OpenAPI 3.1"),
     Route("POST", f"{PREFIX}/login-links", login_link, "A one-time browser login link", body={}),
+    Route("POST", f"{PREFIX}/logout", logout,
+          "End the browser session: its cookie is refused from now on and cleared", body={}),
 ]
