@@ -7,6 +7,7 @@ nothing.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from http.cookies import SimpleCookie
@@ -18,7 +19,16 @@ import pytest
 
 from services.board import auth
 from services.board.app import CREDENTIALS
-from tests.support.board import BoardClient, Reply, RunningBoard, activity_count, row_counts, start_board
+from services.board.streaming import STREAMS
+from tests.support.board import (
+    BoardClient,
+    Reply,
+    RunningBoard,
+    activity_count,
+    make_task,
+    row_counts,
+    start_board,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -216,6 +226,34 @@ async def test_logout_ends_the_session_on_the_board_and_across_a_restart(
         assert (await with_cookie(board, http, staying)).status == 200
     finally:
         await board.runner.cleanup()
+
+
+async def test_logout_closes_the_streams_that_session_opened(
+    board: RunningBoard, http: aiohttp.ClientSession, client: BoardClient
+) -> None:
+    leaving, staying = await log_in(board, http), await log_in(board, http)
+    streams = []
+    for cookie in (leaving, staying):
+        response = await http.get(
+            f"{board.url}{API}/events", headers={"Cookie": f"{cookie_name(board)}={cookie}"}
+        )
+        assert response.status == 200
+        assert (await response.content.readline()).startswith(b"retry:"), "the stream is open"
+        streams.append(response)
+    gone, kept = streams
+    try:
+        assert (await with_cookie(board, http, leaving, "POST", f"{API}/logout")).status == 200
+        async with asyncio.timeout(10):
+            rest = await gone.content.read()  # until the board ends the stream
+        assert b"shutdown" not in rest, "no shutdown frame: the reconnect should meet the 401"
+        await make_task(client, title="after the logout")
+        async with asyncio.timeout(10):
+            while not (await kept.content.readline()).startswith(b"data:"):
+                pass  # the other session's stream still follows the board
+        assert len(board.app[STREAMS]) == 1
+    finally:
+        for response in streams:
+            response.close()
 
 
 async def test_logout_with_only_the_token_ends_no_session(board: RunningBoard, client: BoardClient) -> None:

@@ -8,6 +8,8 @@ from aiohttp import web
 
 from .. import activities
 from ..api import PREFIX, Call, Route, json_response
+from ..stream import SESSION_ENDED
+from ..streaming import STREAMS
 from ..openapi import describe
 
 VERSION = "0.1.0"
@@ -49,6 +51,11 @@ async def logout(call: Call) -> web.StreamResponse:
     session = credentials.check_session(call.request.cookies.get(credentials.cookie_name))
     if session is not None:
         await credentials.end_session(session)
+        # A stream opened with this session would otherwise keep reading the board.
+        for stream in call.request.app[STREAMS]:
+            opened_with = stream.request.get(SESSION)
+            if opened_with is not None and opened_with.nonce == session.nonce:
+                stream.end(SESSION_ENDED)
     call.request[SESSION] = None  # no renewed cookie on this answer
     response = json_response({"logged_out": session is not None})
     response.del_cookie(credentials.cookie_name, path="/", httponly=True, samesite="Strict")
