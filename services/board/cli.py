@@ -15,6 +15,7 @@ from aiohttp import web
 from shared.paths import data_dir as default_data_dir
 from shared.paths import runtime_dir
 
+from . import auth
 from .app import CREDENTIALS, STORE, BoardSettings, configure_logging, create_app
 from .httpserver import BoardRunner
 from .pointer import remove_pointer_if_mine, write_pointer
@@ -88,6 +89,10 @@ def main() -> None:
 @click.option("--ping-interval", default=15.0, show_default=True, type=click.FloatRange(min=0.01), help="Seconds between SSE pings.")
 @click.option("--max-streams", default=1024, show_default=True, type=click.IntRange(min=1))
 @click.option("--stream-lifetime", type=click.FloatRange(min=0.01), help="End each SSE stream after this many seconds.")
+@click.option("--session-idle", default=auth.SESSION_IDLE_SECONDS, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds a browser session may go unused before the board refuses it.")
+@click.option("--session-max-age", default=auth.SESSION_ABSOLUTE_SECONDS, show_default=True,
+              type=click.FloatRange(min=1), help="Seconds after its login that any browser session ends.")
 def serve_command(
     host: str,
     port: int,
@@ -96,6 +101,8 @@ def serve_command(
     ping_interval: float,
     max_streams: int,
     stream_lifetime: float | None,
+    session_idle: float,
+    session_max_age: float,
 ) -> None:
     """Run the board until SIGINT or SIGTERM."""
     configure_logging(json=not sys.stderr.isatty())
@@ -108,6 +115,8 @@ def serve_command(
         ping_interval=ping_interval,
         max_streams=max_streams,
         stream_lifetime=stream_lifetime,
+        session_idle_seconds=session_idle,
+        session_absolute_seconds=session_max_age,
     )
     try:
         import uvloop

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 
 from services.board import auth
@@ -22,6 +23,7 @@ from services.board.app import CREDENTIALS
 from services.board.streaming import STREAMS
 from tests.support.board import (
     BoardClient,
+    TaskdProcess,
     Reply,
     RunningBoard,
     activity_count,
@@ -29,8 +31,7 @@ from tests.support.board import (
     row_counts,
     start_board,
 )
-
-pytestmark = pytest.mark.asyncio
+from tests.support.waiting import wait_until
 
 API = "/api/v1"
 HOUR = 3600.0
@@ -331,3 +332,26 @@ async def test_reads_with_the_cookie_need_no_origin(board: RunningBoard, http: a
     cookie = await log_in(board, http)
     reply = await with_cookie(board, http, cookie, origin=None)
     assert reply.status == 200
+
+
+def test_taskd_session_idle_flag_expires_a_real_process_cookie(taskd: TaskdProcess) -> None:
+    """The operator's knob, end to end: a real ``taskd`` refuses the cookie once it idled too long."""
+    taskd.start("--session-idle", "2", "--session-max-age", "60")
+    bearer = {"Authorization": f"Bearer {taskd.token}", "X-Taskloom-Actor": "ann"}
+    link = httpx.post(f"{taskd.url}{API}/login-links", headers=bearer, json={}).json()["url"]
+    answer = httpx.get(link, follow_redirects=False)
+    assert answer.status_code == 302
+    [header] = [value for name, value in answer.headers.multi_items() if name.lower() == "set-cookie"]
+    jar: SimpleCookie = SimpleCookie()
+    jar.load(header)
+    [(name, morsel)] = jar.items()
+    assert name.startswith(auth.SESSION_COOKIE_PREFIX) and morsel["max-age"] == "2"
+    sent = {"Cookie": f"{name}={morsel.value}"}
+    assert httpx.get(f"{taskd.url}{API}/meta", headers=sent).status_code == 200
+    # Unused for two seconds of the board's own clock: refused, though this client still sends it.
+    wait_until(
+        lambda: httpx.get(f"{taskd.url}{API}/meta", headers=sent).status_code == 401,
+        timeout=15,
+        interval=0.2,
+        what="the idle session to be refused",
+    )
