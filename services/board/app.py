@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from http.cookies import SimpleCookie
 from pathlib import Path
 
 import structlog
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from shared.errors import TaskloomError
 
-from . import api, auth, streaming, ui
+from . import activities, api, auth, streaming, ui
 from .api import Route
 from .routes import ALL_ROUTES
 from .store import Actor, SqliteStore
@@ -45,6 +46,9 @@ class BoardSettings:
     #: Descriptors kept free for /health and ordinary requests: new streams are refused below
     #: this many free, idle connections are closed below half of it.
     descriptor_reserve: int = 128
+    #: The browser session's sliding idle limit and its absolute limit (auth.py).
+    session_idle_seconds: float = auth.SESSION_IDLE_SECONDS
+    session_absolute_seconds: float = auth.SESSION_ABSOLUTE_SECONDS
 
     @property
     def database_path(self) -> Path:
@@ -58,10 +62,18 @@ class BoardSettings:
     def attachments_dir(self) -> Path:
         return self.data_dir / "attachments"
 
+    @property
+    def revoked_sessions_path(self) -> Path:
+        return self.data_dir / "revoked-sessions.json"
+
 
 SETTINGS = web.AppKey("settings", BoardSettings)
 STORE = web.AppKey("store", SqliteStore)
 CREDENTIALS = web.AppKey("credentials", auth.Credentials)
+#: The session a cookie-authenticated request carried (None once a logout ended it).
+SESSION = web.RequestKey("session", auth.Session | None)
+#: RFC 9110 §9.2.1: every method that is not safe may change state.
+STATE_CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 PUBLIC_PATHS = frozenset({"/health", "/login"})
 
@@ -105,14 +117,74 @@ async def guard_middleware(request: web.Request, handler: api.Handler) -> web.St
         return await handler(request)
     credentials = request.app[CREDENTIALS]
     if credentials.check_bearer(request.headers.get("Authorization")):
+        # A page on another origin cannot send this header without a CORS preflight the board
+        # never grants, so a bearer request needs no Origin check.
         return await handler(request)
-    if credentials.check_session(request.cookies.get(auth.SESSION_COOKIE)):
+    session = credentials.check_session(request.cookies.get(credentials.cookie_name))
+    if session is not None:
+        if request.method in STATE_CHANGING_METHODS:
+            check_same_origin(request)
+        request[SESSION] = session
         return await handler(request)
     raise TaskloomError(
         "UNAUTHORIZED",
         "missing or wrong token",
         hint="send Authorization: Bearer <token from the board's token file>, or log in through a link from taskctl open",
     )
+
+
+def check_same_origin(request: web.Request) -> None:
+    """A cookie-authenticated write must come from the board's own page (CSRF, RFC 6454).
+
+    ``SameSite=Strict`` does not stop it: a page on another port of 127.0.0.1 is the same *site*,
+    so the browser sends it the cookie. The Origin a browser puts on every non-GET request (Fetch
+    standard) names the page that made it; ``Sec-Fetch-Site`` says the same where Origin is
+    missing. A write that carries neither is refused too: every browser that runs the page sends
+    at least one of them.
+    """
+    own = f"{request.scheme}://{request.host}".lower()
+    origin = request.headers.get("Origin")
+    site = request.headers.get("Sec-Fetch-Site")
+    if origin is not None and origin.strip().lower() != own:
+        reason = "the request comes from another origin"
+    elif site is not None and site.strip().lower() in ("cross-site", "same-site"):
+        reason = f"the request comes from another origin (Sec-Fetch-Site: {site.strip().lower()})"
+    elif origin is None and site is None:
+        reason = "a cookie-authenticated change must carry its Origin"
+    else:
+        return
+    raise TaskloomError(
+        "FORBIDDEN_ORIGIN",
+        f"{reason}; the board's session cookie only changes state from {own}",
+        details={"origin": origin[:200] if origin else origin, "expected": own},
+        hint="scripts and other programs authenticate with Authorization: Bearer <token>, not the browser cookie",
+    )
+
+
+async def renew_session(request: web.Request, response: web.StreamResponse) -> None:
+    """The sliding lifetime: re-issue a cookie in use before its headers go out (streams too)."""
+    session = request.get(SESSION)
+    if session is None:
+        return
+    credentials = request.app[CREDENTIALS]
+    cookie = credentials.renewal(session)
+    if cookie is not None:
+        set_session_cookie(response, credentials, cookie, credentials.check_session(cookie))
+
+
+def set_session_cookie(
+    response: web.StreamResponse, credentials: auth.Credentials, cookie: str, session: auth.Session | None
+) -> None:
+    """Add the ``Set-Cookie`` header itself: aiohttp folds ``set_cookie`` into the headers before
+    ``on_response_prepare`` runs, so a cookie set from that hook would never be sent."""
+    jar: SimpleCookie = SimpleCookie()
+    jar[credentials.cookie_name] = cookie
+    morsel = jar[credentials.cookie_name]
+    morsel["max-age"] = credentials.max_age(session) if session is not None else 0
+    morsel["path"] = "/"
+    morsel["httponly"] = True
+    morsel["samesite"] = "Strict"
+    response.headers.add(hdrs.SET_COOKIE, morsel.OutputString())
 
 
 async def health(request: web.Request) -> web.Response:
@@ -126,7 +198,8 @@ async def login(request: web.Request) -> web.StreamResponse:
     if not credentials.redeem_login_code(code):
         raise TaskloomError("UNAUTHORIZED", "this login link is used or expired", hint="taskctl open prints a new one")
     response = web.HTTPFound("/")
-    response.set_cookie(auth.SESSION_COOKIE, credentials.new_session(), httponly=True, samesite="Strict", path="/")
+    cookie = credentials.new_session()
+    set_session_cookie(response, credentials, cookie, credentials.check_session(cookie))
     raise response
 
 
@@ -145,13 +218,20 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     if settings.default_actor is not None:
         app[api.DEFAULT_ACTOR] = settings.default_actor
     token = auth.load_or_create_token(settings.token_path)
-    app[CREDENTIALS] = auth.Credentials(token)
+    app[CREDENTIALS] = auth.Credentials(
+        token,
+        revoked_path=settings.revoked_sessions_path,
+        idle_seconds=settings.session_idle_seconds,
+        absolute_seconds=settings.session_absolute_seconds,
+    )
     owned = store is None
     app[STORE] = store or SqliteStore(settings.database_path)
 
     async def store_lifecycle(app: web.Application) -> AsyncIterator[None]:
         if owned:
             app[STORE].open()
+        board_id = await app[STORE].query(lambda conn: activities.board_meta(conn)["board_id"])
+        app[CREDENTIALS].bind_board(board_id)
         yield
         if owned:
             app[STORE].close()
@@ -159,6 +239,7 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     app.cleanup_ctx.append(store_lifecycle)
     app.router.add_get("/health", health)
     app.router.add_get("/login", login)
+    app.on_response_prepare.append(renew_session)
     register(app, ALL_ROUTES)
     streaming.setup(app)
     ui.setup(app)

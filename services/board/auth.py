@@ -1,25 +1,50 @@
 """Who may talk to the board: the bearer token, the browser session cookie, the Host guard.
 
-The token is ``tl_`` + 64 hex in ``<data_dir>/token`` (0600). A session cookie is a nonce signed
-with the token, so it survives a board restart and dies with a token rotation. Login links carry
-one-time codes held in memory; they expire after ``LOGIN_CODE_TTL``.
+The token is ``tl_`` + 64 hex in ``<data_dir>/token`` (0600). Login links carry one-time codes
+held in memory; they expire after ``LOGIN_CODE_TTL``.
+
+A session cookie is ``tls1.<nonce>.<issued>.<seen>.<signature>``: the times (Unix seconds) are
+when the login link was redeemed and when the cookie was last renewed, signed with the token. So
+it survives a board restart, dies with a token rotation, and its lifetime is checked by the
+board, not left to the browser: it is refused once ``seen`` is ``idle_seconds`` old (renewed on
+use, at most every ``RENEW_AFTER`` seconds) or ``issued`` is ``absolute_seconds`` old, whatever
+the browser still sends. Logging out revokes the nonce; revocations are kept, owner-only, in
+``<data_dir>/revoked-sessions.json`` until the session could not be valid anyway, so a restart
+does not bring a logged-out cookie back.
+
+The cookie is named per board (``taskloom_session_<board id>``): cookies ignore ports, so every
+server on 127.0.0.1 receives it, and one board must neither overwrite another's cookie nor be
+mistaken for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import hmac
 import ipaddress
+import json
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from .files import write_atomic
 
 TOKEN_PREFIX = "tl_"
-SESSION_COOKIE = "taskloom_session"
+#: Every board's cookie name starts so; the board id follows (``session_cookie_name``).
+SESSION_COOKIE_PREFIX: Final = "taskloom_session_"
+#: Marks a cookie value as a Taskloom session, version 1 (as ``tl_`` marks the token).
+SESSION_MARK: Final = "tls1"
+#: A session unused this long is refused: a browser left logged in is not logged in for ever.
+SESSION_IDLE_SECONDS: Final = 12 * 60 * 60
+#: No session outlives this, however busy: bounds what a copied cookie is worth.
+SESSION_ABSOLUTE_SECONDS: Final = 7 * 24 * 60 * 60
+#: A cookie in use is re-issued with a new ``seen`` at most this often (one Set-Cookie a minute).
+RENEW_AFTER: Final = 60.0
 LOGIN_CODE_TTL = 600.0
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
@@ -54,12 +79,46 @@ def token_fingerprint(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
+def session_cookie_name(board_id: str) -> str:
+    """``taskloom_session_<hex>``: the board id without its ``brd_`` prefix (a cookie-name token)."""
+    suffix = "".join(c for c in board_id.removeprefix("brd_") if c.isascii() and c.isalnum())
+    return SESSION_COOKIE_PREFIX + suffix
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A session cookie the board accepted: who it was issued to is the nonce, and when."""
+
+    nonce: str
+    issued: int
+    seen: int
+
+
 class Credentials:
     """The board's current token and the session cookies and login codes derived from it."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(
+        self,
+        token: str,
+        *,
+        revoked_path: Path | None = None,
+        idle_seconds: float = SESSION_IDLE_SECONDS,
+        absolute_seconds: float = SESSION_ABSOLUTE_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._token = token
         self._codes: dict[str, float] = {}
+        self.idle_seconds = idle_seconds
+        self.absolute_seconds = absolute_seconds
+        #: Wall-clock seconds: a session's times must mean the same after a restart. Tests replace it.
+        self.clock = clock
+        self.cookie_name = SESSION_COOKIE_PREFIX + "board"  # until ``bind_board`` names it
+        self._revoked_path = revoked_path
+        self._revoked: dict[str, int] = load_revocations(revoked_path) if revoked_path else {}
+        self._saving = asyncio.Lock()
+
+    def bind_board(self, board_id: str) -> None:
+        self.cookie_name = session_cookie_name(board_id)
 
     def replace_token(self, token: str) -> None:
         self._token = token
@@ -73,18 +132,57 @@ class Credentials:
             return False
         return hmac.compare_digest(credentials.strip().encode(), self._token.encode())
 
-    def _sign(self, nonce: str) -> str:
-        return hmac.new(self._token.encode(), f"session:{nonce}".encode(), hashlib.sha256).hexdigest()
+    # -- session cookies ---------------------------------------------------------------------------
+
+    def _sign(self, nonce: str, issued: int, seen: int) -> str:
+        message = f"session:{SESSION_MARK}:{nonce}:{issued}:{seen}".encode()
+        return hmac.new(self._token.encode(), message, hashlib.sha256).hexdigest()
+
+    def _cookie(self, nonce: str, issued: int, seen: int) -> str:
+        return f"{SESSION_MARK}.{nonce}.{issued}.{seen}.{self._sign(nonce, issued, seen)}"
 
     def new_session(self) -> str:
-        nonce = secrets.token_hex(16)
-        return f"{nonce}.{self._sign(nonce)}"
+        now = int(self.clock())
+        return self._cookie(secrets.token_hex(16), now, now)
 
-    def check_session(self, cookie: str | None) -> bool:
-        if not cookie or "." not in cookie:
-            return False
-        nonce, _, signature = cookie.partition(".")
-        return hmac.compare_digest(signature.encode(), self._sign(nonce).encode())
+    def check_session(self, cookie: str | None) -> Session | None:
+        """The session of a genuine, unexpired, not revoked cookie; None for anything else."""
+        parts = cookie.split(".") if cookie else []
+        if len(parts) != 5 or parts[0] != SESSION_MARK or not (parts[2].isdigit() and parts[3].isdigit()):
+            return None
+        _, nonce, issued_text, seen_text, signature = parts
+        issued, seen = int(issued_text), int(seen_text)
+        if not hmac.compare_digest(signature.encode(), self._sign(nonce, issued, seen).encode()):
+            return None
+        now = self.clock()
+        if now >= issued + self.absolute_seconds or now >= seen + self.idle_seconds or nonce in self._revoked:
+            return None
+        return Session(nonce, issued, seen)
+
+    def renewal(self, session: Session) -> str | None:
+        """A re-issued cookie with ``seen`` = now, when the one in use is due (the sliding part)."""
+        now = int(self.clock())
+        if now - session.seen < min(RENEW_AFTER, self.idle_seconds / 4):
+            return None
+        return self._cookie(session.nonce, session.issued, now)
+
+    def max_age(self, session: Session) -> int:
+        """Seconds the browser should keep the cookie: until the first of its two deadlines."""
+        deadline = min(session.seen + self.idle_seconds, session.issued + self.absolute_seconds)
+        return max(0, int(deadline - int(self.clock())))
+
+    async def end_session(self, session: Session) -> None:
+        """Revoke the session for good: refused at once, and on disk before the logout is answered."""
+        now = self.clock()
+        self._revoked = {nonce: until for nonce, until in self._revoked.items() if until > now}
+        self._revoked[session.nonce] = int(session.issued + self.absolute_seconds) + 1
+        if self._revoked_path is None:
+            return
+        async with self._saving:  # one writer at a time, each writing the newest list
+            # fsync off the loop: a slow disk must not stall every open stream.
+            await asyncio.get_running_loop().run_in_executor(
+                None, save_revocations, self._revoked_path, dict(self._revoked)
+            )
 
     def new_login_code(self, *, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now
@@ -97,6 +195,24 @@ class Credentials:
         now = time.monotonic() if now is None else now
         expiry = self._codes.pop(code, None)
         return expiry is not None and expiry > now
+
+
+def load_revocations(path: Path) -> dict[str, int]:
+    """Revoked session nonces and when each could no longer be valid anyway."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except ValueError as exc:
+        raise RuntimeError(f"{path} is not a Taskloom revocation list; remove it to start a new one") from exc
+    revoked = record.get("revoked") if isinstance(record, dict) else None
+    if not isinstance(revoked, dict):
+        raise RuntimeError(f"{path} is not a Taskloom revocation list; remove it to start a new one")
+    return {str(nonce): int(until) for nonce, until in revoked.items()}
+
+
+def save_revocations(path: Path, revoked: dict[str, int]) -> None:
+    write_atomic(path, json.dumps({"version": 1, "revoked": revoked}, sort_keys=True).encode())
 
 
 def host_allowed(host_header: str | None, extra_hosts: Iterable[str] = ()) -> bool:

@@ -10,14 +10,15 @@ import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 import structlog
+from aiohttp import web
 
-from shared.paths import data_dir as default_data_dir
 from shared.paths import BOARD_POINTER, runtime_dir
+from shared.paths import data_dir as default_data_dir
 
+from . import auth
 from .app import CREDENTIALS, STORE, BoardSettings, configure_logging, create_app
 from .connections import BoardRunner, ConnectionLimits, listen_backlog
 from .descriptors import raise_nofile_limit, reserve_within
@@ -36,9 +37,6 @@ DATA_DIRS = ("logs", "attachments")
 #: What the board and ``taskctl``'s autostart keep in the runtime directory.
 RUNTIME_FILES = (BOARD_POINTER, "board-start.lock")
 
-if TYPE_CHECKING:
-    from aiohttp import web
-
 log = structlog.get_logger("taskd")
 
 
@@ -50,8 +48,6 @@ class Startup:
 
 
 async def serve(settings: BoardSettings, *, lock: DataDirLock | None = None, startup: Startup | None = None) -> None:
-    from aiohttp import web
-
     app = create_app(settings)
     limits = connection_limits(settings)
     runner = BoardRunner(app, limits=limits, handle_signals=False, access_log=None)
@@ -193,6 +189,10 @@ def main() -> None:
 @click.option("--descriptor-reserve", default=BoardSettings.descriptor_reserve, show_default=True,
               type=click.IntRange(min=8), help="File descriptors kept for /health and ordinary requests.")
 @click.option("--repair-schema", is_flag=True, help="Recreate triggers the migrations define that the file lacks, then serve.")
+@click.option("--session-idle", default=auth.SESSION_IDLE_SECONDS, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds a browser session may go unused before the board refuses it.")
+@click.option("--session-max-age", default=auth.SESSION_ABSOLUTE_SECONDS, show_default=True,
+              type=click.FloatRange(min=1), help="Seconds after its login that any browser session ends.")
 def serve_command(
     host: str,
     port: int,
@@ -206,6 +206,8 @@ def serve_command(
     body_timeout: float,
     descriptor_reserve: int,
     repair_schema: bool,
+    session_idle: float,
+    session_max_age: float,
 ) -> None:
     """Run the board until SIGINT or SIGTERM."""
     configure_logging(json=not sys.stderr.isatty())
@@ -222,6 +224,8 @@ def serve_command(
         header_timeout=header_timeout,
         body_timeout=body_timeout,
         descriptor_reserve=raise_open_file_limit(reserve=descriptor_reserve),
+        session_idle_seconds=session_idle,
+        session_absolute_seconds=session_max_age,
     )
     try:
         import uvloop

@@ -21,8 +21,8 @@ idle connection at any time; a client retries on a new one.
 from __future__ import annotations
 
 import asyncio
-from http import HTTPStatus
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Final
 
 import orjson
@@ -33,6 +33,7 @@ from aiohttp.streams import StreamReader
 from shared.errors import TaskloomError
 
 from .descriptors import fewer_free_than, free_descriptors
+from .httpserver import BoardRequestHandler, redact_aiohttp_server_log
 
 log = structlog.get_logger("taskd.connections")
 
@@ -85,10 +86,10 @@ def raw_error_response(error: TaskloomError) -> bytes:
     return head.encode("ascii") + body
 
 
-class GuardedRequestHandler(web.RequestHandler):
+class GuardedRequestHandler(BoardRequestHandler):
     """aiohttp's connection handler with deadlines on reading a request's head and body."""
 
-    __slots__ = ("_limits", "_head_timer", "_body", "_body_timer", "_body_deadline")
+    __slots__ = ("_body", "_body_deadline", "_body_timer", "_head_timer", "_limits")
 
     def __init__(self, manager: web.Server, *, limits: ConnectionLimits, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -239,6 +240,7 @@ class BoardRunner(web.AppRunner):
     def __init__(self, app: web.Application, *, limits: ConnectionLimits, **kwargs: Any) -> None:
         super().__init__(app, keepalive_timeout=limits.idle_timeout, **kwargs)
         self._limits = limits
+        redact_aiohttp_server_log()
 
     async def _make_server(self) -> web.Server:
         # The app builds its own server (startup signals, request factory, handler arguments);

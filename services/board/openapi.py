@@ -98,7 +98,12 @@ def describe(routes: list[Route], *, version: str) -> dict[str, Any]:
         "components": {
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer"},
-                "session": {"type": "apiKey", "in": "cookie", "name": "taskloom_session"},
+                "session": {
+                    "type": "apiKey",
+                    "in": "cookie",
+                    "name": "taskloom_session_<board id>",
+                    "description": "the browser session cookie, named per board; writes with it need the board's own Origin",
+                },
             }
         },
         "security": [{"bearer": []}, {"session": []}],

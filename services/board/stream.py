@@ -43,6 +43,9 @@ LIFETIME: Final = "lifetime"
 SERVER_STOPPING: Final = "server_stopping"
 DISCONNECTED: Final = "disconnected"
 READ_FAILED: Final = "read_failed"
+#: The browser session the stream was opened with was logged out: close, and let the client's
+#: reconnect meet the 401 (no shutdown frame, which would invite a prompt retry).
+SESSION_ENDED: Final = "session_ended"
 SHUTDOWN_REASONS: Final = frozenset({LIFETIME, SERVER_STOPPING})
 
 HEADERS: Final = {

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from services.board.app import CREDENTIALS
 from tests.support.board import BoardClient, RunningBoard
 
 pytestmark = pytest.mark.asyncio
@@ -32,8 +33,9 @@ async def test_rotation_swaps_the_token_file_first_and_never_answers_it(client: 
 async def test_rotation_kills_browser_sessions(client: BoardClient, board: RunningBoard) -> None:
     link = (await client.post("/api/v1/login-links")).body["url"]
     login = await client.session.get(link, allow_redirects=False)
-    cookie = login.cookies["taskloom_session"].value
-    cookie_header = {"Cookie": f"taskloom_session={cookie}"}
+    name = board.app[CREDENTIALS].cookie_name  # taskloom_session_<board id>
+    cookie = login.cookies[name].value
+    cookie_header = {"Cookie": f"{name}={cookie}"}
     assert (await client.get("/api/v1/meta", token=False, headers=cookie_header)).status == 200
     assert (await client.post("/api/v1/token/rotate")).status == 200
     assert (await client.get("/api/v1/meta", token=False, headers=cookie_header)).error == "UNAUTHORIZED"

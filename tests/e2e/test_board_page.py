@@ -141,7 +141,7 @@ def test_login_link_gives_a_session_that_a_second_use_does_not(browser: Any, boa
     page = context.new_page()
     page.goto(link)
     page.wait_for_selector("#connection[data-state=live]", timeout=TIMEOUT_MS)
-    cookie = next(c for c in context.cookies() if c["name"] == "taskloom_session")
+    cookie = next(c for c in context.cookies() if c["name"].startswith("taskloom_session_"))
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     stranger = browser.new_context()
     again = stranger.new_page()

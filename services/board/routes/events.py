@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 
@@ -21,7 +21,11 @@ LAST_EVENT_ID: Final = "Last-Event-ID"
 MAX_CURSOR_DIGITS: Final = 18
 
 EVENTS_QUERY = {
-    "after": F("int", minimum=0, description="resume after this revision; wins over the Last-Event-ID header"),
+    "after": F(
+        "int",
+        minimum=0,
+        description="resume after this revision; with a Last-Event-ID header too, the later of the two",
+    ),
     "project": F("str", description="only rows of this project"),
     "task": F("str", description="only rows of this task (uuid or identifier)"),
     "event": F("list", items="str", description="comma-separated event names to send"),
@@ -77,10 +81,22 @@ def open_cursor(
     return after, task_id
 
 
+def resume_cursor(query_after: int | None, last_event_id: int | None) -> int | None:
+    """Where a stream resumes when a client names ``?after=``, ``Last-Event-ID``, or both (SPEC §6.2).
+
+    A native ``EventSource`` keeps its URL, so on every reconnect it resends the ``?after=`` it
+    was opened with alongside the ``Last-Event-ID`` of its own progress; letting the query win
+    replayed everything since the page opened. A ``Last-Event-ID`` can only come from this
+    stream's frames, so the later of the two is the client's true position. Both were validated
+    before this point: a malformed value is refused, never ignored.
+    """
+    cursors = [cursor for cursor in (query_after, last_event_id) if cursor is not None]
+    return max(cursors) if cursors else None
+
+
 async def stream_events(call: Call) -> web.StreamResponse:
-    after: Any = call.query.get("after")
-    if after is None:
-        after = header_cursor(call.request.headers.get(LAST_EVENT_ID))
+    query_after: int | None = call.query.get("after")
+    after = resume_cursor(query_after, header_cursor(call.request.headers.get(LAST_EVENT_ID)))
     events = event_filter(call.query.get("event"))
     project = call.query.get("project")
     position, task_id = await call.store.query(open_cursor, after, project, call.query.get("task"))

@@ -1,11 +1,15 @@
-"""Board identity, the OpenAPI description, and login links for the browser."""
+"""Board identity, the OpenAPI description, and the browser's login links and logout."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from aiohttp import web
+
 from .. import activities
-from ..api import PREFIX, Call, Route
+from ..api import PREFIX, Call, Route, json_response
+from ..stream import SESSION_ENDED
+from ..streaming import STREAMS
 from ..openapi import describe
 
 VERSION = "0.1.0"
@@ -39,8 +43,29 @@ async def login_link(call: Call) -> Any:
     return {"url": f"{base}/login?code={code}"}
 
 
+async def logout(call: Call) -> web.StreamResponse:
+    """End the browser session the request carries, on the board and in the browser."""
+    from ..app import CREDENTIALS, SESSION
+
+    credentials = call.request.app[CREDENTIALS]
+    session = credentials.check_session(call.request.cookies.get(credentials.cookie_name))
+    if session is not None:
+        await credentials.end_session(session)
+        # A stream opened with this session would otherwise keep reading the board.
+        for stream in call.request.app[STREAMS]:
+            opened_with = stream.request.get(SESSION)
+            if opened_with is not None and opened_with.nonce == session.nonce:
+                stream.end(SESSION_ENDED)
+    call.request[SESSION] = None  # no renewed cookie on this answer
+    response = json_response({"logged_out": session is not None})
+    response.del_cookie(credentials.cookie_name, path="/", httponly=True, samesite="Strict")
+    return response
+
+
 ROUTES = [
     Route("GET", f"{PREFIX}/meta", board_meta, "Board identity and head revision"),
     Route("GET", f"{PREFIX}/openapi.json", openapi, "This API as OpenAPI 3.1"),
     Route("POST", f"{PREFIX}/login-links", login_link, "A one-time browser login link", body={}),
+    Route("POST", f"{PREFIX}/logout", logout,
+          "End the browser session: its cookie is refused from now on and cleared", body={}),
 ]

@@ -12,6 +12,7 @@ import { Refresher } from "./router.js";
 
 const PROJECT_KEY = "taskloom:project";
 const FEED_OPEN_KEY = "taskloom:feedOpen";
+const LOGGED_OUT_PAGE = "/static/logged-out.html";
 const STATE_LABELS = { connecting: "Connecting…", live: "Live", reconnecting: "Reconnecting…", closed: "Disconnected", idle: "Starting…" };
 
 const api = new Api();
@@ -241,6 +242,24 @@ function showLogin() {
   $("#app").setAttribute("aria-hidden", "true");
 }
 
+/** End the session on the board (its cookie is refused from now on), then say how to come back. */
+async function logOut() {
+  const button = $("#logout");
+  button.disabled = true;
+  try {
+    await api.post("/logout");
+  } catch (error) {
+    // A session that already expired is as logged out as it gets; anything else is a real failure.
+    if (!(error instanceof ApiError && error.status === 401)) {
+      button.disabled = false;
+      toast(`Could not log out: ${error.message}`, "error");
+      return;
+    }
+  }
+  live.close();
+  window.location.replace(LOGGED_OUT_PAGE);
+}
+
 // -- dialogs ------------------------------------------------------------------------------------
 
 function openCreate() {
@@ -329,6 +348,7 @@ function wire() {
     button.addEventListener("click", () => button.closest("dialog").close());
   }
   $("#resync").addEventListener("click", () => live.resync());
+  $("#logout").addEventListener("click", logOut);
   $("#feed-toggle").addEventListener("click", () => setFeedOpen($("#feed").hidden));
   $("#feed-close").addEventListener("click", () => setFeedOpen(false));
   const actor = $("#actor");

@@ -32,6 +32,9 @@ export class Ladder {
   }
 }
 
+// The cursor rides in the query. A native reconnect would resend this URL with a newer
+// Last-Event-ID; the board resumes from the later of the two (SPEC §6.2), so even then nothing
+// replays. The page closes its socket on error and reopens it on its own cursor anyway.
 export function streamUrl(base, cursor) {
   return `${base}/api/v1/events?after=${encodeURIComponent(String(cursor))}`;
 }
