@@ -4,6 +4,9 @@ Phases: take the owner lock → listen and reach the board → publish the point
 signal or the idle exit → say ``shutdown`` to every session → remove the pointer if it is still
 ours → let go of the lock. The board token comes from the environment or a token file, never
 from ``argv`` (``ps`` shows argv to every user).
+
+A board that answers 401 ends the hub with ``EXIT_UNAUTHORIZED`` (every session is told
+``error UNAUTHORIZED`` first); refused at start, it never publishes a pointer at all.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import structlog
 from shared import hub_protocol as hp
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
+from .client import EXIT_UNAUTHORIZED
 from .pointer import (
     HubFiles,
     OwnerLock,
@@ -92,15 +96,26 @@ def configure_logging(stream: TextIO, *, secret: str) -> None:
     )
 
 
-async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock) -> None:
+async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock) -> int:
+    """Serve until stopped; the exit status (0, or ``EXIT_UNAUTHORIZED`` when the board refused us)."""
     hub = Hub(settings)
     await hub.start()
+    if hub.failure is not None:
+        # Refused before anyone could find us: no pointer, so no client ever trusts this hub.
+        await hub.stopped.wait()
+        lock.release()
+        log.info("hub_exited", pid=os.getpid(), status=EXIT_UNAUTHORIZED)
+        return EXIT_UNAUTHORIZED
     write_json_atomic(
         files.pointer,
         {
             "version": hp.POINTER_VERSION,
             "protocol": hp.HUB_PROTOCOL,
             "key": files.key,
+            # In clear beside the key, which hides the token: `events hub --stop` finds the hubs
+            # of a board whatever token they hold (a rotation leaves one keyed by the old token).
+            "board": hub.board_url,
+            "board_id": hub.board_id,
             "pid": os.getpid(),
             "port": hub.port,
             "token": hub.token,
@@ -127,7 +142,9 @@ async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock) -> None:
     finally:
         remove_pointer_if_mine(files, os.getpid())
         lock.release()
-        log.info("hub_exited", pid=os.getpid())
+    status = EXIT_UNAUTHORIZED if hub.failure is not None else 0
+    log.info("hub_exited", pid=os.getpid(), status=status)
+    return status
 
 
 @click.group(context_settings={"auto_envvar_prefix": "TASKLOOM", "help_option_names": ["-h", "--help"]})
@@ -211,9 +228,10 @@ def serve_command(
     try:
         import uvloop
     except ImportError:
-        asyncio.run(run(settings, files, lock))
+        status = asyncio.run(run(settings, files, lock))
     else:
-        uvloop.run(run(settings, files, lock))
+        status = uvloop.run(run(settings, files, lock))
+    sys.exit(status)
 
 
 if __name__ == "__main__":
