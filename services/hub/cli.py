@@ -6,7 +6,9 @@ ours → let go of the lock. The board token comes from the environment or a tok
 from ``argv`` (``ps`` shows argv to every user).
 
 A board that answers 401 ends the hub with ``EXIT_UNAUTHORIZED`` (every session is told
-``error UNAUTHORIZED`` first); refused at start, it never publishes a pointer at all.
+``error UNAUTHORIZED`` first); refused at start, it never publishes a pointer at all. A hub that
+starts under a new key takes over the detached registrations a hub of the same board left under
+an older key (a rotated token), once no process holds that key's lock.
 """
 
 from __future__ import annotations
@@ -74,6 +76,38 @@ def resolve_token(board_url: str, token_file: Path | None, environ: MutableMappi
             if path is token_file:
                 raise click.ClickException(f"cannot read the board token from {path}") from None
     raise click.ClickException(f"no board token: set {TOKEN_ENV} or pass --token-file")
+
+
+def adopt_registrations(files: HubFiles, board_url: str) -> Path | None:
+    """Move the detached registrations of this board's hub under an older token to our key.
+
+    After ``token rotate`` the hub key changes (it hides a token fingerprint), so without this
+    the card briefs a user detached would silently stop refreshing. Only a file whose key's
+    owner lock is free is taken (no hub of that key runs), and only when we have none yet.
+    """
+    if files.registrations.exists():
+        return None
+    for path in sorted(files.runtime.glob("hub-*.registrations.json")):
+        key = path.name[len("hub-"):-len(".registrations.json")]
+        record = read_json(path)
+        if key == files.key or record is None or not isinstance(record.get("board"), str):
+            continue
+        try:
+            if hp.resolve_board_url(record["board"]) != board_url:
+                continue
+        except ValueError:
+            continue
+        other = OwnerLock.try_acquire(HubFiles(files.runtime, key), role="adopter")
+        if other is None:
+            continue  # that hub is alive: its registrations are its own
+        try:
+            os.replace(path, files.registrations)
+        except OSError:
+            continue
+        finally:
+            other.release()
+        return path
+    return None
 
 
 def configure_logging(stream: TextIO, *, secret: str) -> None:
@@ -209,6 +243,9 @@ def serve_command(
         lock = acquired
     log_fd = open_private(files.log, os.O_WRONLY | os.O_APPEND)
     configure_logging(os.fdopen(log_fd, "a", buffering=1, encoding="utf-8"), secret=token)
+    adopted = adopt_registrations(files, resolved)
+    if adopted is not None:
+        log.info("registrations_adopted", source=str(adopted), path=str(files.registrations))
     settings = HubSettings(
         board_url=board_url,
         board_token=token,

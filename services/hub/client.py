@@ -462,7 +462,7 @@ async def request_once(
 
 async def watch_stream(
     board_url: str,
-    board_token: str,
+    board_token: str | TokenSource,
     message: dict[str, Any],
     *,
     runtime: Path | None = None,
@@ -471,19 +471,30 @@ async def watch_stream(
     """A foreground ``watch``: every record until ``done``, ``ttl``, ``shutdown`` or ``error``.
 
     The registration belongs to this session (SPEC §7.4): it ends when the iterator is closed.
-    A hub that goes away without a last record raises ``ConnectionError``.
+    A hub that goes away without a last record raises ``ConnectionError``. With a
+    ``TokenSource``, an ``error UNAUTHORIZED`` (the hub's board refused its token) after which
+    the token reads differently is not the end: the watch is sent again to the hub keyed by the
+    new token, which answers ``registered`` again and rewrites the snapshots.
     """
-    address = await find_or_start(board_url, board_token, runtime=runtime, environ=environ)
-    session = await HubSession.connect(address)
-    try:
-        await session.send(message)
-        first = await asyncio.wait_for(session.receive(), WATCH_ANSWER_TIMEOUT)
-        record = first
-        while record is not None:
-            yield record
-            if record.get("type") in WATCH_TERMINAL:
-                return
-            record = await session.receive()
-        raise ConnectionError("the hub closed the watch session without a last record")
-    finally:
-        session.close()
+    read_token: TokenSource = board_token if callable(board_token) else (lambda: board_token)
+    token = read_token() or ""
+    while True:
+        address = await find_or_start(board_url, token, runtime=runtime, environ=environ)
+        session = await HubSession.connect(address)
+        try:
+            await session.send(message)
+            record = await asyncio.wait_for(session.receive(), WATCH_ANSWER_TIMEOUT)
+            while record is not None:
+                if record.get("type") == "error" and record.get("code") == hp.UNAUTHORIZED:
+                    fresh = read_token()
+                    if fresh and fresh != token:
+                        token = fresh
+                        break  # rotated: register again where the new token leads
+                yield record
+                if record.get("type") in WATCH_TERMINAL:
+                    return
+                record = await session.receive()
+            else:
+                raise ConnectionError("the hub closed the watch session without a last record")
+        finally:
+            session.close()

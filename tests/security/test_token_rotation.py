@@ -328,3 +328,80 @@ async def test_events_follow_moves_to_the_new_token_after_its_hub_is_refused(
 
 async def _true(value: bool) -> bool:
     return value
+
+
+# -- card briefs: what a hub under the old token kept is not lost -------------------------------
+
+
+async def _comment_in(path: Path, text: str) -> bool:
+    try:
+        return text in path.read_text()
+    except OSError:
+        return False
+
+
+async def test_detached_briefs_move_to_the_hub_of_the_new_token(
+    board: tuple[TaskdProcess, BoardClient], tmp_path: Path
+) -> None:
+    taskd, client = board
+    task = await make_task(client)
+    brief = tmp_path / "project" / "card.md"
+    env = clean_env(taskd)
+    code, out, err = await taskctl(env, "--json", "export", "watch", task["identifier"], "--out", str(brief),
+                                   "--detach", "--ttl", "0", "--url", taskd.url)
+    assert code == 0, (out, err)
+    registration_id = out["data"]["registration_id"]
+    old_files = hub_files(taskd, taskd.token)
+    old_hub = (await wait_for_pointer(old_files))["pid"]
+
+    _, new = await rotate(taskd)
+    restart_board(taskd)  # the old hub meets 401 and exits, keeping its registrations on file
+    await async_wait_until(lambda: _true(not pid_alive(old_hub)), timeout=20, what="the refused hub to exit")
+    assert old_files.registrations.exists()
+
+    # The next hub (keyed by the new token) takes them over and keeps the brief fresh.
+    code, out, err = await taskctl(env, "--json", "export", "watch", "--status", "--url", taskd.url)
+    assert code == 0, err
+    assert [r["registration_id"] for r in out["data"]] == [registration_id]
+    assert not old_files.registrations.exists() and hub_files(taskd, new).registrations.exists()
+    await human_comment(taskd, task, "a comment the brief must show")
+    await async_wait_until(lambda: _comment_in(brief, "a comment the brief must show"), timeout=20,
+                           what="the brief to be refreshed by the new hub")
+
+
+async def test_a_foreground_watch_registers_again_with_the_new_token(
+    board: tuple[TaskdProcess, BoardClient], tmp_path: Path
+) -> None:
+    taskd, client = board
+    task = await make_task(client)
+    brief = tmp_path / "card.md"
+    watch = await asyncio.create_subprocess_exec(
+        TASKCTL, "export", "watch", task["identifier"], "--out", str(brief), "--url", taskd.url,
+        env=clean_env(taskd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+    async def next_of(kind: str, timeout: float = 20.0) -> dict:
+        assert watch.stdout is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            line = await asyncio.wait_for(watch.stdout.readline(), max(0.01, deadline - loop.time()))
+            assert line, "taskctl export watch ended"
+            record = json.loads(line)
+            if record["type"] == kind:
+                return record
+            assert record["type"] in ("heartbeat", "refresh", "registered"), record
+
+    try:
+        await next_of("registered")
+        await rotate(taskd)
+        restart_board(taskd)
+        again = await next_of("registered")  # on the hub keyed by the new token, same process
+        assert again["running"] is True and watch.returncode is None
+        await human_comment(taskd, task, "seen by the re-registered watch")
+        await async_wait_until(lambda: _comment_in(brief, "seen by the re-registered watch"), timeout=20,
+                               what="the brief to be refreshed after the rotation")
+    finally:
+        if watch.returncode is None:
+            watch.kill()
+        await watch.wait()
