@@ -65,7 +65,7 @@ KEEPALIVE_IDLE = 5
 KEEPALIVE_INTERVAL = 1
 KEEPALIVE_COUNT = 3
 #: Heartbeat interval once a follower has half-closed, seconds: a write is the only way to learn
-#: whether the peer is still there (a dead process answers it with RST; RFC 9293 §3.10.7.1).
+#: whether the peer is still there (data after a close is answered with RST, RFC 1122 §4.2.2.13).
 HALF_CLOSED_PROBE = 1.0
 
 
@@ -136,6 +136,7 @@ class Hub:
         self._idle_timer: asyncio.TimerHandle | None = None
         #: The ``error`` the hub ended with when the board refused its token; None otherwise.
         self.failure: dict[str, Any] | None = None
+        self._failure_stop: asyncio.Future[None] | None = None
 
     @property
     def clients(self) -> int:
@@ -315,7 +316,8 @@ class Hub:
         )
         log.error("hub_board_unauthorized", board=self.board_url, reason=message, clients=self.clients,
                   registrations=self.registrations.count())
-        asyncio.ensure_future(self.stop("board_unauthorized", farewell=self.failure))
+        # Held so the stop is not collected mid-way (asyncio keeps only weak references to tasks).
+        self._failure_stop = asyncio.ensure_future(self.stop("board_unauthorized", farewell=self.failure))
 
 
 def enable_keepalive(sock: Any) -> None:

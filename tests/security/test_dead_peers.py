@@ -136,7 +136,7 @@ async def test_a_follower_that_resets_leaves_clients_at_once(hub: Hub, board: Ru
     await follower.recv_until("open", skip=("heartbeat",))
     assert await clients(hub, pinger) == 2
     sock = follower.writer.get_extra_info("socket")
-    # SO_LINGER {on, 0}: close() sends RST instead of FIN (RFC 9293 §3.10.7.1, "abort").
+    # SO_LINGER {on, 0}: closing aborts the connection, RST instead of FIN (RFC 9293 §3.10.5, ABORT).
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     follower.writer.transport.abort()
     await wait_clients(hub, pinger, 1, timeout=GONE_DEADLINE, what="the reset follower to leave clients")
