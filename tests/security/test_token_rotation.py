@@ -134,10 +134,13 @@ async def test_a_hub_refused_by_its_board_tells_every_session_and_exits(
         assert await session.at_eof()
     assert await asyncio.wait_for(hub.wait(), 20) == EXIT_UNAUTHORIZED
     assert not files.pointer.exists()  # its own pointer, removed on the way out
-    log = [json.loads(line) for line in files.log.read_text().splitlines() if line.startswith("{")]
+    # Under a supervisor (stderr not a terminal) the hub logs to stderr, not hub-<key>.log.
+    assert hub.stderr is not None
+    written = (await hub.stderr.read()).decode()
+    log = [json.loads(line) for line in written.splitlines() if line.startswith("{")]
     refused = [entry for entry in log if entry.get("event") == "hub_board_unauthorized"]
     assert refused and "401" in refused[0]["reason"]
-    assert token not in files.log.read_text() and taskd.token not in files.log.read_text()
+    assert token not in written and taskd.token not in written
     assert card.read_text() == brief  # nothing lost: the brief is as it was
 
 
