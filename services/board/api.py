@@ -57,11 +57,20 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+def _integral(value: Any) -> Any:
+    """``1.0`` as 1: JSON Schema's integer is any number with a zero fractional part (§6.1.1)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # beyond 64 bits it is refused by the range check, as an int would be
+    return value
+
+
 def _check_value(name: str, spec: F, value: Any) -> Any:
     if value is None:
         if spec.nullable:
             return None
         raise validation(f"{name} must not be null", field=name)
+    if spec.type == "int":
+        value = _integral(value)
     expected = _PY_TYPES[spec.type]
     # bool is an int in Python; a JSON true is never a valid count.
     if not isinstance(value, expected) or (spec.type == "int" and isinstance(value, bool)):

@@ -69,11 +69,15 @@ async def test_the_document_has_the_shape_of_openapi_3_1(client: BoardClient) ->
     assert len(operation_ids) == len(set(operation_ids)), "operationIds are unique"
 
 
+def successes(operation: dict[str, Any]) -> set[str]:
+    return {status for status in operation["responses"] if status.startswith("2")}
+
+
 async def test_creating_routes_document_their_201(client: BoardClient) -> None:
     paths = (await openapi(client))["paths"]
-    assert set(paths[f"{PREFIX}/projects"]["post"]["responses"]) == {"201", "default"}
-    assert set(paths[f"{PREFIX}/tasks"]["post"]["responses"]) == {"200", "201", "default"}
-    assert set(paths[f"{PREFIX}/tasks/{{ref}}"]["get"]["responses"]) == {"200", "default"}
+    assert successes(paths[f"{PREFIX}/projects"]["post"]) == {"201"}
+    assert successes(paths[f"{PREFIX}/tasks"]["post"]) == {"200", "201"}
+    assert successes(paths[f"{PREFIX}/tasks/{{ref}}"]["get"]) == {"200"}
 
 
 async def test_the_document_passes_an_openapi_validator(client: BoardClient) -> None:
