@@ -75,6 +75,11 @@ def _check_value(name: str, spec: F, value: Any) -> Any:
     # bool is an int in Python; a JSON true is never a valid count.
     if not isinstance(value, expected) or (spec.type == "int" and isinstance(value, bool)):
         raise validation(f"{name} must be of type {spec.type}", field=name, value=value)
+    texts = [value] if spec.type == "str" else value if spec.items == "str" else []
+    if any("\x00" in text for text in texts if isinstance(text, str)):
+        # U+0000 ends a text for SQLite's length() (its CHECKs would judge another text than the
+        # one stored) and for every C tool reading the file; refused, as PostgreSQL refuses it.
+        raise validation(f"{name} must not contain U+0000 (NUL)", field=name)
     if spec.enum is not None and value not in spec.enum:
         raise validation(f"{name} must be one of {', '.join(spec.enum)}", field=name, value=value)
     if spec.type == "int":

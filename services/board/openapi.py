@@ -101,7 +101,19 @@ def _constrained(route: Route, where: str, name: str, spec: F) -> dict[str, Any]
     rules = schemas.FIELD_RULES.get((route.method, route.path, where, name), {})
     for key, value in rules.items():
         schema[key] = {**schema[key], **value} if isinstance(value, dict) and key in schema else value
+    if spec.type == "str":
+        _refuse_nul(schema)
+    if spec.items == "str":
+        _refuse_nul(schema["items"])
     return schema
+
+
+def _refuse_nul(schema: dict[str, Any]) -> None:
+    """api._check_value refuses U+0000 in every text; beside a pattern it goes into allOf."""
+    if "pattern" in schema:
+        schema.setdefault("allOf", []).append({"pattern": schemas.NO_NUL})
+    else:
+        schema["pattern"] = schemas.NO_NUL
 
 
 def _query_parameter(route: Route, name: str, spec: F) -> dict[str, Any]:
@@ -138,7 +150,56 @@ def responses(route: Route) -> dict[str, Any]:
     return answers
 
 
-def operation(route: Route) -> dict[str, Any]:
+def operation_id(route: Route) -> str:
+    return f"{route.method.lower()}_{route.handler.__module__.rsplit('.', 1)[-1]}_{route.handler.__name__}"
+
+
+def links(routes: list[Route]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Links from each creating operation's answer to the operations its id addresses.
+
+    A POST answering with a resource names it under its own path (``/tasks`` → ``/tasks/{ref}…``,
+    ``/tasks/{ref}/relations`` → ``/tasks/{ref}/relations/{id}``); ``schemas.EXTRA_LINKS`` adds
+    the few that leave the path. Clients and Schemathesis' stateful phase follow them.
+    """
+    by_key = {(route.method, route.path): route for route in routes}
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for source in routes:
+        if source.method != "POST" or not {200, 201} & set(source.success):
+            continue
+        if "id" not in _response_properties(source):
+            continue
+        for target in routes:
+            rest = target.path[len(source.path):]
+            params = _PATH_PARAM.findall(rest)
+            # Only targets the answer addresses completely: one new path parameter, its id.
+            if not (target.path.startswith(source.path) and rest.startswith("/{") and len(params) == 1):
+                continue
+            own = _PATH_PARAM.findall(source.path)
+            param = params[0]
+            parameters = {name: f"$request.path.{name}" for name in own}
+            parameters[param] = "$response.body#/id"
+            found.setdefault((source.method, source.path), {})[operation_id(target)] = {
+                "operationId": operation_id(target), "parameters": parameters,
+            }
+    for (source_key, target_key, parameters, body) in schemas.EXTRA_LINKS:
+        target = by_key[target_key]
+        link: dict[str, Any] = {"operationId": operation_id(target)}
+        if parameters:
+            link["parameters"] = parameters
+        if body is not None:
+            link["requestBody"] = body
+        found.setdefault(source_key, {})[operation_id(target)] = link
+    return found
+
+
+def _response_properties(route: Route) -> dict[str, Any]:
+    schema = schemas.RESPONSES.get((route.method, route.path), {})
+    if "$ref" in schema:
+        schema = schemas.COMPONENTS[schema["$ref"].rsplit("/", 1)[-1]]
+    return schema.get("properties", {})
+
+
+def operation(route: Route, *, route_links: dict[str, Any] | None = None) -> dict[str, Any]:
     parameters = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
         for name in _PATH_PARAM.findall(route.path)
@@ -146,11 +207,14 @@ def operation(route: Route) -> dict[str, Any]:
     parameters.extend(_query_parameter(route, name, spec) for name, spec in route.query.items())
     op: dict[str, Any] = {
         "summary": route.summary,
-        "operationId": f"{route.method.lower()}_{route.handler.__module__.rsplit('.', 1)[-1]}_{route.handler.__name__}",
+        "operationId": operation_id(route),
         "tags": [route.tag],
         "parameters": parameters,
         "responses": responses(route),
     }
+    if route_links:
+        for status in route.success:
+            op["responses"][str(status)]["links"] = route_links
     if route.body is not None:
         body: dict[str, Any] = {
             "type": "object",
@@ -161,7 +225,8 @@ def operation(route: Route) -> dict[str, Any]:
             **schemas.BODY_RULES.get((route.method, route.path), {}),
         }
         op["requestBody"] = {
-            "required": any(spec.required for spec in route.body.values()),
+            # An empty body reads as {}: it is required whenever {} is not a valid body.
+            "required": any(spec.required for spec in route.body.values()) or "anyOf" in body,
             "content": {"application/json": {"schema": body}},
         }
     elif route.raw_body:
@@ -176,8 +241,10 @@ def operation(route: Route) -> dict[str, Any]:
 
 def describe(routes: list[Route], *, version: str) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
+    all_links = links(routes)
     for route in routes:
-        paths.setdefault(route.path, {})[route.method.lower()] = operation(route)
+        operation_links = all_links.get((route.method, route.path))
+        paths.setdefault(route.path, {})[route.method.lower()] = operation(route, route_links=operation_links)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Taskloom board API", "version": version},

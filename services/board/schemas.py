@@ -21,6 +21,8 @@ from .commands import acceptance, attachments, common, projects, sessions
 
 #: End of the text in both Python's and ECMA-262's regular expressions.
 END: Final = r"(?![\s\S])"
+#: No U+0000 anywhere (api._check_value).
+NO_NUL: Final = r"^[^\x00]*$"
 #: A text with at least one character that is not white space (the commands' ``.strip()`` test).
 NON_BLANK: Final = r"\S"
 
@@ -128,6 +130,14 @@ BODY_RULES: Final[dict[tuple[str, str], dict[str, Any]]] = {
         # acceptance.change_acceptance: something to change, and a reason only with a mode.
         "anyOf": [{"required": ["mode"]}, {"required": ["items"], "properties": {"items": {"minItems": 1}}}],
         "dependentRequired": {"reason": ["mode"]},
+    },
+    ("PATCH", TASK): {
+        # routes/tasks.patch: a pair is sent whole, so the answer never depends on what the task holds.
+        "allOf": [_paired("assignee_kind", "assignee_id"), _paired("reporter_kind", "reporter_id")],
+        "dependentRequired": {
+            "assignee_kind": ["assignee_id"], "assignee_id": ["assignee_kind"],
+            "reporter_kind": ["reporter_id"], "reporter_id": ["reporter_kind"],
+        },
     },
     ("POST", f"{TASK}/deliver"): {"not": {"required": ["body", "report_id"]}},
     ("POST", f"{TASK}/sessions"): {"dependentRequired": {"owner_kind": ["owner_id"], "owner_id": ["owner_kind"]}},
@@ -330,8 +340,30 @@ COMPONENTS["StreamEvent"] = {
     "type": "object",
     "properties": {
         "id": {"type": "string", "pattern": f"^[0-9]+{END}"},
-        "event": {"type": "string", "enum": ["shutdown"]},
+        # An activity frame has no event field, which SSE reads as the default type "message".
+        "event": {"type": "string", "enum": ["message", "shutdown"]},
         "data": {"type": "string", "contentMediaType": "application/json"},
         "retry": {"type": "integer", "minimum": 0},
     },
 }
+
+# -- links: where an answer's ids lead (OpenAPI 3.1 §4.8.20), beyond "a creator's id names the
+# resource under its path" (openapi.links) --------------------------------------------------------
+
+#: (source METHOD, path) → (target METHOD, path, link parameters, link requestBody or None).
+EXTRA_LINKS: Final[list[tuple[tuple[str, str], tuple[str, str], dict[str, str], dict[str, str] | None]]] = [
+    # A new project is where tasks are created.
+    (("POST", f"{PREFIX}/projects"), ("POST", f"{PREFIX}/tasks"), {}, {"project": "$response.body#/id"}),
+    # An attachment is addressed by its own id, outside the task's path.
+    *[
+        (("POST", f"{TASK}/attachments"), (method, f"{PREFIX}/attachments/{{id}}"), {"id": "$response.body#/id"}, None)
+        for method in ("GET", "PUT", "DELETE")
+    ],
+    # The acceptance answer lists the items; the first one can be pruned.
+    (
+        ("POST", f"{TASK}/acceptance"),
+        ("DELETE", f"{TASK}/acceptance/{{item}}"),
+        {"ref": "$request.path.ref", "item": "$response.body#/items/0/id"},
+        None,
+    ),
+]

@@ -159,3 +159,50 @@ async def test_a_project_id_with_a_final_newline_is_a_400_and_writes_nothing(boa
     assert await count(board, f"{API}/projects") == 0
     assert await count(board, f"{API}/activities") == 0
 
+
+
+# -- a PATCH body is valid or not whatever the task holds ----------------------------------------
+
+
+async def test_half_an_assignee_pair_is_refused_on_every_task(board: BoardClient) -> None:
+    await board.post(f"{API}/projects", {"id": "demo"})
+    assigned = (await board.post(f"{API}/tasks", {"project": "demo", "title": "Mine",
+                                                  "assignee_kind": "human", "assignee_id": "ann"})).body
+    free = (await board.post(f"{API}/tasks", {"project": "demo", "title": "Free"})).body
+    before = await count(board, f"{API}/activities")
+    for task in (assigned, free):
+        # Once judged against the task's own kind (accepted on one task, refused on the other).
+        reply = await board.patch(f"{API}/tasks/{task['id']}", {"assignee_id": "bob"})
+        assert reply.status == 400 and reply.error == "VALIDATION_FAILED", (task["title"], reply.body)
+        assert set(reply.body["error"]["details"]["fields"]) == {"assignee_kind", "assignee_id"}
+    assert await count(board, f"{API}/activities") == before
+    assert (await board.get(f"{API}/tasks/{assigned['id']}")).body["assignee_id"] == "ann"
+    whole = await board.patch(f"{API}/tasks/{assigned['id']}", {"assignee_kind": "human", "assignee_id": "bob"})
+    assert whole.status == 200 and whole.body["assignee_id"] == "bob"
+    cleared = await board.patch(f"{API}/tasks/{assigned['id']}", {"assignee_kind": None, "assignee_id": None})
+    assert cleared.status == 200 and cleared.body["assignee_id"] is None
+
+
+# -- U+0000 in a text: SQLite's length() stops there, so its CHECKs judged another text ----------
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("comments", {"body": "looks fine\x00 but is not"}, "body"),
+        ("acceptance", {"items": ["\x00the page loads"]}, "items"),
+    ],
+)
+async def test_a_nul_in_a_text_is_a_clear_400_and_writes_nothing(
+    board: BoardClient, path: str, body: dict[str, Any], field: str
+) -> None:
+    await board.post(f"{API}/projects", {"id": "demo"})
+    task = (await board.post(f"{API}/tasks", {"project": "demo", "title": "Plain"})).body
+    before = await count(board, f"{API}/activities")
+    reply = await board.post(f"{API}/tasks/{task['id']}/{path}", body)
+    assert reply.status == 400 and reply.error == "VALIDATION_FAILED", reply.body
+    assert reply.body["error"]["details"] == {"field": field}
+    assert "NUL" in reply.body["error"]["message"]
+    assert await count(board, f"{API}/activities") == before
+    titled = await board.post(f"{API}/tasks", {"project": "demo", "title": "\x00hidden"})
+    assert titled.status == 400 and titled.body["error"]["details"] == {"field": "title"}

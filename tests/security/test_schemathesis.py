@@ -16,9 +16,14 @@ What the run configures, and why (nothing else is turned off):
 - ``POST .../report`` and ``POST .../deliver`` may answer 422 ``REPORT_INVALID`` to schema-valid
   text: the delivery report's headings are checked as markdown (report_format), a rule on the
   meaning of the text rather than on its shape.
+- ``POST .../relations`` may answer 422 (``RELATION_INVALID``, ``RELATION_DEPTH``,
+  ``RELATION_FAN_IN``): a task related to itself, a parent chain too deep or a task with too many
+  parents are rules on the graph the board holds, not on the body's shape.
 - ``GET /api/v1/events`` may answer 400 ``CURSOR_AHEAD`` to a schema-valid ``after``: SPEC §6.2
   refuses a cursor beyond the board's head revision with that status, and the head is state, not
   something the document can bound.
+- A project and tasks in each state are made first, and task references and project ids are
+  drawn from them part of the time: generated names alone stop at 404 before any command runs.
 - The board runs with ``--stream-lifetime`` so that each ``GET /api/v1/events`` ends (with its
   ``shutdown`` frame) instead of following the log for ever.
 """
@@ -31,10 +36,11 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from services.board.activities import encode_cursor
 from services.board.commands.labels import encode_key_cursor
-from tests.support.board import VENV_BIN, TaskdProcess
+from tests.support.board import REPORT, VENV_BIN, TaskdProcess
 
 from .support_schemathesis import TOKEN_FILE_ENV
 
@@ -49,6 +55,9 @@ STREAM_LIFETIME = 0.2
 #: A fixed seed: a finding is reproduced by running the test again.
 SEED = 20261201
 ACTOR_HEADERS = {"X-Taskloom-Actor": "schemathesis", "X-Taskloom-Actor-Kind": "human"}
+SEED_PROJECT = "fuzz"
+#: How often a task reference or project id is one that exists.
+REAL_NAMES = 0.6
 
 #: List operations and the cursor the board mints for "after the first key" on each.
 ROW_CURSOR = encode_cursor(0)
@@ -59,12 +68,12 @@ CURSORS = {
     "^/api/v1/tasks/\\{ref\\}/(activities|comments|reports)$": ROW_CURSOR,
     "^/api/v1/(labels|actors)$": KEY_CURSOR,
 }
-SEMANTIC_422 = "^/api/v1/tasks/\\{ref\\}/(report|deliver)$"
+SEMANTIC_422 = "^/api/v1/tasks/\\{ref\\}/(report|deliver|relations)$"
 EVENTS = "^/api/v1/events$"
 ACCEPTED = ["2XX", "3XX", 401, 403, 404, 409, 429, "5XX"]
 
 
-def config_toml() -> str:
+def config_toml(tasks: list[str]) -> str:
     """The run's schemathesis.toml (see the module docstring for each entry)."""
     lines = [
         f"seed = {SEED}",
@@ -74,6 +83,17 @@ def config_toml() -> str:
         "database = \"none\"",
         "[phases.stateful]",
         f"max-steps = {STATEFUL_STEPS}",
+        # Real names some of the time, so requests reach the commands (and generated ones the rest).
+        "[dictionaries.tasks]",
+        f"values = {json.dumps(tasks)}",
+        "[dictionaries.projects]",
+        f"values = {json.dumps([SEED_PROJECT])}",
+        "[parameters]",
+        f"\"path.ref\" = {{ dictionary = \"tasks\", probability = {REAL_NAMES} }}",
+        f"\"body.target\" = {{ dictionary = \"tasks\", probability = {REAL_NAMES} }}",
+        f"\"body.ref\" = {{ dictionary = \"tasks\", probability = {REAL_NAMES} }}",
+        f"\"body.project\" = {{ dictionary = \"projects\", probability = {REAL_NAMES} }}",
+        f"\"query.project\" = {{ dictionary = \"projects\", probability = {REAL_NAMES} }}",
     ]
     for path_regex, cursor in CURSORS.items():
         lines += [
@@ -81,13 +101,53 @@ def config_toml() -> str:
             f"include-path-regex = {json.dumps(path_regex)}",
             f"parameters = {{ \"query.cursor\" = {json.dumps(cursor)} }}",
         ]
-    for path_regex, also in ((SEMANTIC_422, 422), (EVENTS, 400)):
+    for path_regex, method, also in ((SEMANTIC_422, "POST", 422), (EVENTS, "GET", 400)):
         lines += [
             "[[operations]]",
             f"include-path-regex = {json.dumps(path_regex)}",
+            f"include-method = {json.dumps(method)}",
             f"checks.positive_data_acceptance.expected-statuses = {json.dumps([*ACCEPTED, also])}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def call(url: str, token: str, method: str, path: str, body: Any = None) -> Any:
+    """One JSON request as the run's actor; the seeding below must succeed."""
+    headers = {"Authorization": f"Bearer {token}", **ACTOR_HEADERS}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(f"{url}{path}", data=data, method=method, headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def seed(url: str, token: str) -> list[str]:
+    """A project and a task in each kind of state, so generated requests reach the commands
+    instead of stopping at 404; returns the task identifiers."""
+    api = "/api/v1"
+    call(url, token, "POST", f"{api}/projects", {"id": SEED_PROJECT, "workspace_path": "/srv/fuzz"})
+
+    def task(**fields: Any) -> str:
+        return call(url, token, "POST", f"{api}/tasks", {"project": SEED_PROJECT, "title": "Seeded", **fields})["identifier"]
+
+    todo = task(labels=["seed"])
+    backlog = task(status="backlog")
+    epic = task(kind="epic")
+    working = task()
+    call(url, token, "POST", f"{api}/tasks/{working}/claim", {})
+    review = task()
+    call(url, token, "POST", f"{api}/tasks/{review}/claim", {})
+    call(url, token, "POST", f"{api}/tasks/{review}/deliver", {"body": REPORT})
+    done = task(acceptance_mode="none")
+    call(url, token, "POST", f"{api}/tasks/{done}/claim", {})
+    call(url, token, "POST", f"{api}/tasks/{done}/deliver", {"body": REPORT})
+    call(url, token, "POST", f"{api}/tasks/{done}/move", {"to": "done"})
+    call(url, token, "POST", f"{api}/tasks/{todo}/relations", {"type": "related", "target": working})
+    call(url, token, "POST", f"{api}/tasks/{todo}/acceptance", {"items": ["the page loads"]})
+    call(url, token, "POST", f"{api}/tasks/{todo}/comments", {"body": "a note"})
+    return [todo, backlog, epic, working, review, done]
 
 
 def fetch_document(url: str, token: str) -> bytes:
@@ -101,7 +161,7 @@ def test_schemathesis_finds_nothing(taskd: TaskdProcess, tmp_path: Path) -> None
     document = tmp_path / "openapi.json"
     document.write_bytes(fetch_document(taskd.url, taskd.token))
     config = tmp_path / "schemathesis.toml"
-    config.write_text(config_toml())
+    config.write_text(config_toml(seed(taskd.url, taskd.token)))
     command = [
         str(VENV_BIN / "st"), "--config-file", str(config), "run", str(document),
         "--url", taskd.url,
