@@ -59,15 +59,29 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+def _integral(value: Any) -> Any:
+    """``1.0`` as 1: JSON Schema's integer is any number with a zero fractional part (§6.1.1)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # beyond 64 bits it is refused by the range check, as an int would be
+    return value
+
+
 def _check_value(name: str, spec: F, value: Any) -> Any:
     if value is None:
         if spec.nullable:
             return None
         raise validation(f"{name} must not be null", field=name)
+    if spec.type == "int":
+        value = _integral(value)
     expected = _PY_TYPES[spec.type]
     # bool is an int in Python; a JSON true is never a valid count.
     if not isinstance(value, expected) or (spec.type == "int" and isinstance(value, bool)):
         raise validation(f"{name} must be of type {spec.type}", field=name, value=value)
+    texts = [value] if spec.type == "str" else value if spec.items == "str" else []
+    if any("\x00" in text for text in texts if isinstance(text, str)):
+        # U+0000 ends a text for SQLite's length() (its CHECKs would judge another text than the
+        # one stored) and for every C tool reading the file; refused, as PostgreSQL refuses it.
+        raise validation(f"{name} must not contain U+0000 (NUL)", field=name)
     if spec.enum is not None and value not in spec.enum:
         raise validation(f"{name} must be one of {', '.join(spec.enum)}", field=name, value=value)
     if spec.type == "int":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from shared.errors import TaskloomError, validation
 from shared.events import EVENT_SET, WIRE_NOISE
@@ -13,6 +13,7 @@ from shared.events import EVENT_SET, WIRE_NOISE
 from .. import activities
 from ..api import PREFIX, Call, F, Route
 from ..queries import require_project, require_task
+from ..stream import HEADERS as STREAM_HEADERS
 from ..stream import Projection, Stream
 from ..streaming import LOG_READER, STREAMS
 
@@ -103,6 +104,13 @@ async def stream_events(call: Call) -> web.StreamResponse:
     app = call.request.app
     registry = app[STREAMS]
     registry.check_capacity()
+    if call.request.method == hdrs.METH_HEAD:
+        # RFC 9110 §9.3.2: the status and headers a GET would get, no body. Running the stream
+        # would hold the connection with nothing to send, and a HEAD reply has no end to wait for.
+        head = web.StreamResponse(headers=STREAM_HEADERS)
+        head.content_type = "text/event-stream"
+        head.charset = "utf-8"
+        return head
     settings = call.settings
     stream = Stream(
         call.request,
