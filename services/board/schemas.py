@@ -266,6 +266,7 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     ("GET", f"{PREFIX}/meta"): closed({**_META, "version": STRING}),
     ("GET", f"{PREFIX}/openapi.json"): {"type": "object", "required": ["openapi", "info", "paths"]},
     ("POST", f"{PREFIX}/login-links"): closed({"url": STRING}),
+    ("POST", f"{PREFIX}/logout"): closed({"logged_out": {"type": "boolean"}}),
     ("POST", f"{PREFIX}/token/rotate"): closed({"rotated": {"const": True}, "token_file": STRING}),
     ("GET", f"{PREFIX}/board/status"): closed({
         **_META, "version": STRING, "pid": INTEGER, "data_dir": STRING, "database": STRING,
