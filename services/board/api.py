@@ -18,7 +18,7 @@ from aiohttp import web
 from shared import limits
 from shared.errors import TaskloomError, validation
 from shared.events import SYSTEM
-from shared.json_bounds import check_free_form, check_json, decode_exact
+from shared.json_bounds import check_free_form, check_json
 
 from . import domain
 from .store import Actor, SqliteStore
@@ -297,7 +297,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 def parse_json(data: bytes) -> Any:
     try:
-        return decode_exact(data) if data else {}
+        return orjson.loads(data) if data else {}
     except orjson.JSONDecodeError as exc:
         raise validation(f"the request body is not valid JSON: {exc}") from exc
 
