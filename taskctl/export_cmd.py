@@ -20,8 +20,8 @@ import re
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -401,16 +401,112 @@ def _status_or_stop(inv: Any, stop_id: str | None) -> None:
 # -- the standalone watcher -------------------------------------------------------------------
 
 
-@dataclass
-class _Kept:
-    ref: str
-    task_id: str
-    identifier: str
-    path: str
-
-
-def _render(http: BoardHttp, ref: str) -> tuple[int, Any]:
+def _export(http: BoardHttp, ref: str) -> tuple[int, Any]:
     return http.request("POST", "/api/v1/export", {"ref": ref})
+
+
+#: The one session of a standalone watcher (the registry's reply channel).
+_SESSION = 1
+
+
+class _Standalone:
+    """The hub's registry (``services/hub/registry.py``) for one session, carried out in this
+    process: renders and writes one at a time, synchronously, with the board's own stream."""
+
+    def __init__(self, http: BoardHttp, board: Board, *, emit: Emit, cadence: dict[str, float],
+                 after: int | None) -> None:
+        from services.hub.registry import Cadence, Registry
+
+        self.http = http
+        self.board = board
+        self.emit = emit
+        self.registry = Registry(board=board.url, cadence=Cadence(**cadence))
+        self.after = after
+        #: The newest revision read (the registry's ``revision``); the resume cursor is ``safe``.
+        self.cursor: int | None = None
+        self.safe: int | None = None
+        self.wake: float | None = None
+        #: Set once the registry has answered ``registered`` (a render problem is then a record).
+        self.answered = False
+        #: The session was closed: how the run ends (``done``, ``ttl``), exit 0.
+        self.ended: str | None = None
+        #: The stream's own end record will close the run: a ``done`` from the last batch is not sent.
+        self.flushing = False
+        self._last: str | None = None
+
+    def run(self, event: Any) -> None:
+        """Feed ``event`` and everything its actions lead to, I/O done in place."""
+        events = deque([event])
+        while events:
+            actions = self.registry.handle(events.popleft(), now=time.monotonic(), wall=time.time(),
+                                           revision=self.cursor)
+            for action in actions:
+                answer = self._perform(action)
+                if answer is not None:
+                    events.append(answer)
+
+    def _perform(self, action: Any) -> Any:
+        from services.hub import registry as rg
+        from services.hub.briefs import path_problem, write_brief
+
+        if isinstance(action, rg.CheckPaths):
+            problems = tuple(path_problem(path, directory=action.directory) for path in action.paths)
+            if self.cursor is None and not any(problems):
+                # Where the stream starts: the first snapshots hold everything up to it.
+                self.cursor = self.after if self.after is not None else int(self.http.call("GET", "/api/v1/meta")["revision"])
+                self.safe = self.cursor
+            return rg.PathsChecked(problems)
+        if isinstance(action, rg.Render):
+            return rg.RenderDone(self._render(action.ref))
+        if isinstance(action, rg.Write):
+            try:
+                write_brief(action.path, action.markdown.encode("utf-8"))
+            except OSError as exc:
+                return rg.WriteDone(exc)
+            return rg.WriteDone()
+        if isinstance(action, rg.Refuse):
+            refused = action.refused
+            raise TaskctlError(refused.code, refused.message, details=refused.details)
+        if isinstance(action, rg.Send):
+            self._send(action.message)
+        elif isinstance(action, rg.Close):
+            if not self.flushing or self._last == "ttl":
+                self.ended = self._last or "done"
+        elif isinstance(action, rg.ArmTimer):
+            self.wake = action.at
+        elif isinstance(action, rg.Batched) and action.failed == 0:
+            self.safe = action.revision
+        return None
+
+    def _send(self, record: dict[str, Any]) -> None:
+        kind = record.get("type")
+        self._last = kind
+        if kind == "registered":
+            # No hub, no registration to name: what runs and why, as a hub's foreground answer says.
+            self.answered = True
+            record = hp.registered(
+                registration_id=None, refs=record["refs"], reused=False, running=record["running"],
+                reason=None if record["running"] else hp.REASON_TERMINAL,
+            )
+        elif kind == "done" and self.flushing:
+            return
+        self.emit(record)
+
+    def _render(self, ref: str) -> Any:
+        from services.hub.registry import Rendered, RenderFailed
+
+        try:
+            status, body = _export(self.http, ref)
+            if status == 200:
+                task = body["task"]
+                return Rendered(str(body["markdown"]), str(task["id"]), str(task["identifier"]), str(task["status"]))
+            if status == 404 and not self.answered:
+                return RenderFailed("NOT_FOUND", f"no such card: {ref}", permanent=True)
+            raise self.http.refusal(_reply(status, body))
+        except TaskctlError as exc:
+            if not self.answered:
+                raise  # before ``registered`` the command itself fails, as any other command would
+            return RenderFailed(exc.code, exc.message, permanent=False)
 
 
 def standalone_watch(
@@ -422,13 +518,13 @@ def standalone_watch(
     emit: Emit,
     cadence: dict[str, float],
 ) -> int:
-    """The direct-SSE watcher: same checks, records and cadence as a hub registration, one process.
+    """The direct-SSE watcher: the hub's registry and records, for one session, in one process.
 
     Returns the exit code. The stream is read by a thread (``events tail``'s reader) into a queue;
-    this thread keeps the cadence and does every render and write, one at a time.
+    this thread feeds the registry and does every render and write, one at a time.
     """
-    from services.hub.briefs import dir_target, path_problem, tasks_named, write_brief
-    from services.hub.cadence import RefreshSchedule
+    from services.hub import registry as rg
+    from services.hub.briefs import tasks_named
     from services.hub.protocol import RequestInvalid, validate_watch
 
     from .events_cmd import tail_stream
@@ -437,63 +533,14 @@ def standalone_watch(
         fields = validate_watch(message)
     except RequestInvalid as exc:
         raise TaskctlError("VALIDATION_FAILED", str(exc), details=exc.details) from None
-    if fields["cards"] is not None:
-        wanted: list[tuple[str, str | None]] = [(card["ref"], card["out"]) for card in fields["cards"]]
-        problems = [problem for _, out in wanted if out and (problem := path_problem(out))]
-    else:
-        wanted = [(ref, None) for ref in fields["refs"]]
-        problems = [problem] if (problem := path_problem(fields["dir"], directory=True)) else []
-    if problems:
-        raise TaskctlError("VALIDATION_FAILED", "; ".join(problems), details={"problems": problems})
-    start = after if after is not None else int(http.call("GET", "/api/v1/meta")["revision"])
-    rendered: dict[str, dict[str, Any]] = {}
-    missing = []
-    for ref, _ in wanted:
-        status, body = _render(http, ref)
-        if status == 404:
-            missing.append(ref)
-        elif status != 200:
-            raise http.refusal(_reply(status, body))
-        else:
-            rendered[ref] = body
-    if missing:
-        raise TaskctlError("NOT_FOUND", f"no such card: {', '.join(missing)}", details={"refs": missing})
-    kept: list[_Kept] = []
-    seen: dict[str, str] = {}
-    for ref, out in wanted:
-        task = rendered[ref]["task"]
-        if task["id"] in seen:
-            raise TaskctlError("VALIDATION_FAILED", f"{seen[task['id']]} and {ref} name the same card",
-                               details={"refs": [seen[task["id"]], ref]})
-        seen[task["id"]] = ref
-        path = out or dir_target(fields["dir"], task["identifier"])
-        if out is None and (problem := path_problem(path)):
-            raise TaskctlError("VALIDATION_FAILED", problem, details={"problems": [problem]})
-        kept.append(_Kept(ref, task["id"], task["identifier"], path))
-
-    live: dict[str, _Kept] = {}
-    records = []
-    for card in kept:
-        answer = rendered[card.ref]
-        try:
-            write_brief(card.path, answer["markdown"].encode("utf-8"))
-        except OSError as exc:
-            raise TaskctlError("WRITE_FAILED", f"cannot write {card.path}: {exc.strerror or exc}",
-                               details={"path": card.path}) from None
-        records.append(hp.refresh(ref=card.ref, path=card.path, revision=start, status=answer["task"]["status"]))
-        if answer["task"]["status"] not in hp.TERMINAL_STATUSES:
-            live[card.task_id] = card
-    emit(hp.registered(
-        registration_id=None, refs=[card.ref for card in live.values()], reused=False, running=bool(live),
-        reason=None if live else hp.REASON_TERMINAL,
-    ))
-    for record in records:
-        emit(record)
-    if not live:
-        emit(hp.done())  # every card is terminal: no stream is ever opened
-        return 0
+    watcher = _Standalone(http, board, emit=emit, cadence=cadence, after=after)
+    watcher.run(rg.Restore(None))  # nothing persists: a standalone watcher is a foreground one
+    watcher.run(rg.Watch(_SESSION, {**fields, "detach": False}))
+    if watcher.ended:
+        return 0  # every card is terminal: no stream is ever opened
 
     inbox: queue.Queue[dict[str, Any]] = queue.Queue()
+    start = watcher.cursor
 
     def read() -> None:
         try:
@@ -502,72 +549,36 @@ def standalone_watch(
             inbox.put({"type": "error", "code": "STREAM_INVALID", "message": f"{type(exc).__name__}: {exc}"})
 
     threading.Thread(target=read, name="taskctl-watch-stream", daemon=True).start()
-    schedule = RefreshSchedule(cadence["debounce"], cadence["max_wait"], cadence["floor"])
-    ttl_ms = fields["ttl_ms"]
-    deadline = time.monotonic() + ttl_ms / 1000 if ttl_ms else None
-    cursor = safe = start
-
-    def batch() -> None:
-        nonlocal safe
-        everything, keys = schedule.take(time.monotonic())
-        at = cursor
-        clean = True
-        for card in [c for c in live.values() if everything or c.task_id in keys]:
-            try:
-                status, body = _render(http, card.task_id)
-                if status != 200:
-                    raise http.refusal(_reply(status, body))
-                write_brief(card.path, body["markdown"].encode("utf-8"))
-            except (TaskctlError, OSError) as exc:
-                clean = False
-                if isinstance(exc, TaskctlError):
-                    code, text = exc.code, exc.message
-                else:
-                    code, text = hp.WRITE_FAILED, f"cannot write {card.path}: {exc.strerror or exc}"
-                emit(hp.refresh_failed(ref=card.ref, path=card.path, code=code, message=text))
-                continue
-            emit(hp.refresh(ref=card.ref, path=card.path, revision=at, status=body["task"]["status"]))
-            if body["task"]["status"] in hp.TERMINAL_STATUSES:
-                del live[card.task_id]
-        if clean:
-            safe = at
-
     while True:
-        now = time.monotonic()
-        waits = [moment - now for moment in (schedule.due(), deadline) if moment is not None]
+        wait = None if watcher.wake is None else max(0.0, watcher.wake - time.monotonic())
         try:
-            record = inbox.get(timeout=max(0.0, min(waits)) if waits else None)
+            record: dict[str, Any] | None = inbox.get(timeout=wait)
         except queue.Empty:
             record = None
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            emit(hp.ttl(ttl_ms=ttl_ms))
+        watcher.run(rg.Tick(batches=False))  # a TTL that has passed ends the run first
+        if watcher.ended:
             return 0
         kind = record.get("type") if record else None
-        if kind == "event":
-            cursor = record["revision"]
+        if record is not None and kind == "event":
+            watcher.cursor = record["revision"]
             named = tasks_named(record["activity"])
-            hit = None if named is None else named & live.keys()
-            if named is None or hit:
-                schedule.mark(now, hit)
-            elif not schedule.pending:
-                safe = cursor
-        elif kind == "open":
+            if named is not None and not watcher.registry.watches(named) and not watcher.registry.pending():
+                watcher.safe = watcher.cursor  # nothing of ours changed: every brief includes it
+            watcher.run(rg.BoardEvent(record["activity"]))
+        elif record is not None and kind == "open":
             emit(record)
-        elif kind in ("shutdown", "eof"):
-            if schedule.pending:
-                batch()
-            emit({**record, "revision": safe})
+        elif record is not None and kind in ("shutdown", "eof"):
+            watcher.flushing = True
+            watcher.run(rg.Flush())  # pending refreshes are attempted first
+            emit({**record, "revision": watcher.safe})
             return 0
-        elif kind == "error":
-            emit({"type": "error", "code": record.get("code"), "message": record.get("message"), "resume_after": safe})
+        elif record is not None and kind == "error":
+            emit({"type": "error", "code": record.get("code"), "message": record.get("message"),
+                  "resume_after": watcher.safe})
             return 1
-        due = schedule.due()
-        if due is not None and time.monotonic() >= due:
-            batch()
-            if not live:
-                emit(hp.done())
-                return 0
+        watcher.run(rg.Tick())
+        if watcher.ended:
+            return 0
 
 
 def _reply(status: int, body: Any) -> Any:
