@@ -30,7 +30,9 @@ import click
 from shared import hub_protocol as hp
 
 from .command import REF, command, current, drop_none, read_text
-from .context import Board, BoardHttp, TaskctlError, paginate, redact
+from .discovery import Board
+from .errors import TaskctlError, redact
+from .http import BoardHttp, paginate
 
 #: Where ``export md`` writes when ``--out`` is not given (relative to the working directory).
 DEFAULT_OUT = "taskloom-export"
@@ -582,6 +584,6 @@ def standalone_watch(
 
 
 def _reply(status: int, body: Any) -> Any:
-    from .context import Reply
+    from .http import Reply
 
     return Reply(status, body, {})

@@ -25,7 +25,8 @@ from shared import hub_protocol as hp
 from shared.paths import runtime_dir
 
 from .command import current, global_options
-from .context import TaskctlError, resolve_board
+from .discovery import resolve_board
+from .errors import TaskctlError
 
 
 def _printer(stream: IO[str]) -> Any:

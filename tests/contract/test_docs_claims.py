@@ -124,7 +124,7 @@ def test_taskctl_reads_the_variables_the_readme_names() -> None:
     url_flag, url_env, autostart = stated(
         "README.md", r"\(or `(--url)` / `(TASKLOOM_URL)`\), starts one when none runs \(unless `(TASKLOOM_NO_AUTOSTART)=1`\)"
     )
-    literals = {node.value for node in ast.walk(parse(ROOT / "taskctl/context.py"))
+    literals = {node.value for node in ast.walk(parse(ROOT / "taskctl/discovery.py"))
                 if isinstance(node, ast.Constant) and isinstance(node.value, str)}
     assert {url_env, autostart} <= literals
     assert option(SUBSCRIBE, url_flag)  # a global option every command carries
