@@ -351,7 +351,7 @@ def test_the_hub_knobs_are_the_stated_options_variables_and_defaults() -> None:
     declared = {param.envvar for param in HUB_SERVE.params
                 if isinstance(param.envvar, str) and param.envvar.startswith("TASKLOOM_HUB_")}
     assert declared == {env_var for _, env_var, _ in pairs}, "a hub knob is missing from the doc's list"
-    standalone = {node.value for node in ast.walk(parse(ROOT / "taskctl/export_cmd.py"))
+    standalone = {node.value for node in ast.walk(parse(ROOT / "taskctl/export_standalone.py"))
                   if isinstance(node, ast.Constant) and isinstance(node.value, str)
                   and node.value.startswith("TASKLOOM_HUB_REFRESH")}
     assert standalone == {env_var for _, env_var, _ in pairs if "REFRESH" in env_var}
