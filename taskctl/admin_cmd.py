@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from .command import command, current, global_options
-from .context import TaskctlError
+from .errors import TaskctlError
 
 
 @click.group()

@@ -13,7 +13,8 @@ import click
 from shared.limits import MAX_ATTACHMENT_BYTES
 
 from .command import REF, Invocation, command, current, drop_none
-from .context import Reply, TaskctlError
+from .errors import TaskctlError
+from .http import Reply
 from .output import Column
 from .render import short_time
 

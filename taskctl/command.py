@@ -21,7 +21,10 @@ from typing import Any, TypeVar
 
 import click
 
-from .context import Actor, Board, BoardHttp, TaskctlError, resolve_actor, resolve_board
+from .actors import Actor, resolve_actor
+from .discovery import Board, resolve_board
+from .errors import TaskctlError
+from .http import BoardHttp
 from .output import Output
 
 API = "/api/v1"

@@ -9,7 +9,7 @@ import click
 from services.board import domain
 
 from .command import REF, command, current, drop_none, text_or_file
-from .context import paginate
+from .http import paginate
 from .output import Column
 from .render import next_cursor, short_time, who
 

@@ -23,7 +23,9 @@ from shared.limits import SSE_MAX_LINE
 from shared.sse import SSEComment, SSEMessage, SSEParser, SSEProtocolError
 
 from .command import TaskRef, command, current
-from .context import Board, TaskctlError, encode_query, redact
+from .discovery import Board
+from .errors import TaskctlError, redact
+from .http import encode_query
 
 EVENTS_PATH = "/api/v1/events"
 READ_CHUNK = 64 * 1024
@@ -52,7 +54,7 @@ def _error(emit: Emit, code: str, message: str, resume_after: int | None) -> int
 
 def _head(board: Board) -> int:
     """The board's head revision, so the ``open`` record names the cursor the stream starts from."""
-    from .context import BoardHttp
+    from .http import BoardHttp
 
     with BoardHttp(board) as http:
         meta = http.call("GET", "/api/v1/meta")

@@ -28,7 +28,8 @@ from shared import hub_protocol as hp
 from shared.paths import runtime_dir
 
 from .command import current, global_options
-from .context import TaskctlError, current_token, redact, resolve_board
+from .discovery import current_token, resolve_board
+from .errors import TaskctlError, redact
 
 
 def _printer(stream: IO[str]) -> Any:

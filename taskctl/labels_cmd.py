@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from .command import command, current, drop_none, global_options
-from .context import paginate
+from .http import paginate
 from .output import Column
 from .render import next_cursor, short_time
 

@@ -25,7 +25,8 @@ from services.subscriber import coalesce
 from shared import hub_protocol as hp
 
 from .command import command, current
-from .context import TaskctlError, current_token, default_data_dir, normalise_url
+from .discovery import current_token, default_data_dir, normalise_url
+from .errors import TaskctlError
 
 #: Where the loop's files live unless ``--state-dir`` says otherwise: ``<data_dir>/loop``.
 STATE_DIR_ENV = "TASKLOOM_LOOP_STATE_DIR"

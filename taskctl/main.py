@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from .command import LAST, global_options
-from .context import TaskctlError, redact
+from .errors import TaskctlError, redact
 from .output import Output
 
 #: name → (``module:attribute``, one-line help shown by ``taskctl --help`` without importing).

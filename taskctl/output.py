@@ -1,7 +1,7 @@
 """What taskctl prints: aligned tables for people, ``{"ok": …}`` envelopes for scripts.
 
 Colour only on a TTY and never when ``NO_COLOR`` is set (https://no-color.org). Every string
-written goes through :func:`taskctl.context.redact`, so the token cannot leak through here.
+written goes through :func:`taskctl.errors.redact`, so the token cannot leak through here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import click
 
-from .context import TaskctlError, redact
+from .errors import TaskctlError, redact
 
 STATUS_COLOURS = {
     "backlog": "bright_black",

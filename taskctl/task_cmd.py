@@ -10,7 +10,7 @@ import click
 from services.board import domain
 
 from .command import REF, Invocation, actor_ref, command, current, drop_none, json_object, read_text, text_or_file
-from .context import paginate
+from .http import paginate
 from .render import TASK_COLUMNS, next_cursor, task_fields, task_line
 
 PRIORITY_RANK = {name: rank for rank, name in enumerate(reversed(domain.PRIORITIES))}  # urgent first

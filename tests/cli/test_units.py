@@ -10,9 +10,12 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from taskctl.actors import resolve_actor
 from taskctl.attachment_cmd import filename_from
 from taskctl.command import REF, actor_ref
-from taskctl.context import Reply, TaskctlError, encode_query, normalise_url, redact, remember_secret, resolve_actor, resolve_board
+from taskctl.discovery import normalise_url, resolve_board
+from taskctl.errors import TaskctlError, redact, remember_secret
+from taskctl.http import Reply, encode_query
 from taskctl.main import LAZY_COMMANDS, cli
 from taskctl.output import Column, Output
 from taskctl.task_cmd import rank_candidates

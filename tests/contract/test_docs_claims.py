@@ -124,7 +124,7 @@ def test_taskctl_reads_the_variables_the_readme_names() -> None:
     url_flag, url_env, autostart = stated(
         "README.md", r"\(or `(--url)` / `(TASKLOOM_URL)`\), starts one when none runs \(unless `(TASKLOOM_NO_AUTOSTART)=1`\)"
     )
-    literals = {node.value for node in ast.walk(parse(ROOT / "taskctl/context.py"))
+    literals = {node.value for node in ast.walk(parse(ROOT / "taskctl/discovery.py"))
                 if isinstance(node, ast.Constant) and isinstance(node.value, str)}
     assert {url_env, autostart} <= literals
     assert option(SUBSCRIBE, url_flag)  # a global option every command carries
@@ -351,7 +351,7 @@ def test_the_hub_knobs_are_the_stated_options_variables_and_defaults() -> None:
     declared = {param.envvar for param in HUB_SERVE.params
                 if isinstance(param.envvar, str) and param.envvar.startswith("TASKLOOM_HUB_")}
     assert declared == {env_var for _, env_var, _ in pairs}, "a hub knob is missing from the doc's list"
-    standalone = {node.value for node in ast.walk(parse(ROOT / "taskctl/export_cmd.py"))
+    standalone = {node.value for node in ast.walk(parse(ROOT / "taskctl/export_standalone.py"))
                   if isinstance(node, ast.Constant) and isinstance(node.value, str)
                   and node.value.startswith("TASKLOOM_HUB_REFRESH")}
     assert standalone == {env_var for _, env_var, _ in pairs if "REFRESH" in env_var}

@@ -53,7 +53,7 @@ def _subscriber_state(path: Path, n: int) -> None:
 
 
 def _export_md(path: Path, n: int) -> None:
-    _module("taskctl.export_cmd").write_atomically(path, f"payload {n}\n".encode())
+    _module("taskctl.export_md").write_atomically(path, f"payload {n}\n".encode())
 
 
 def _unit_file(path: Path, n: int) -> None:

@@ -1,0 +1,34 @@
+"""Who is acting: ``--actor``/``--actor-kind`` → ``TASKLOOM_ACTOR``/``TASKLOOM_ACTOR_KIND`` → the
+user name as ``human`` (SPEC §4.1)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Actor:
+    kind: str
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+
+def resolve_actor(actor: str | None = None, kind: str | None = None, *, environ: Mapping[str, str] | None = None) -> Actor:
+    """``--actor``/``--actor-kind`` → ``TASKLOOM_ACTOR``/``TASKLOOM_ACTOR_KIND`` → the user as ``human``."""
+    env = os.environ if environ is None else environ
+    actor_id = actor or env.get("TASKLOOM_ACTOR") or _user_name()
+    actor_kind = kind or env.get("TASKLOOM_ACTOR_KIND") or "human"
+    return Actor(actor_kind, actor_id)
+
+
+def _user_name() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry (containers): still a person at a shell
+        return "user"
