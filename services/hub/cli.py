@@ -29,7 +29,7 @@ import structlog
 from shared import hub_protocol as hp
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
-from .files import NotOwned, restrict_umask
+from .files import NotOwned, move_atomic, restrict_umask
 from .client import EXIT_UNAUTHORIZED
 from .pointer import (
     HubFiles,
@@ -136,7 +136,7 @@ def adopt_registrations(files: HubFiles, board_url: str) -> Path | None:
         if other is None:
             continue  # that hub is alive: its registrations are its own
         try:
-            os.replace(path, files.registrations)
+            move_atomic(path, files.registrations)
         except OSError:
             continue
         finally:

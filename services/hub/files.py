@@ -105,3 +105,9 @@ def write_atomic(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
         Path(temp).unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+
+
+def move_atomic(source: Path, target: Path) -> None:
+    """Rename ``source`` over ``target`` in one step (same file system), then fsync the directory."""
+    os.replace(source, target)
+    fsync_directory(Path(target).parent)

@@ -181,6 +181,17 @@ def test_file_and_directory_are_fsynced(files: ModuleType, tmp_path: Path, fsync
     assert fsynced.index(temp[0]) < fsynced.index(str(tmp_path)), "file first, then the directory"
 
 
+def test_a_move_replaces_the_target_in_one_step_and_fsyncs_the_directory(
+    files: ModuleType, tmp_path: Path, fsynced: list[str]
+) -> None:
+    source, target = tmp_path / "old-key.json", tmp_path / "new-key.json"
+    source.write_bytes(b"moved")
+    target.write_bytes(b"replaced")
+    files.move_atomic(source, target)
+    assert target.read_bytes() == b"moved" and not source.exists()
+    assert str(tmp_path) in fsynced, f"the directory was not fsynced: {fsynced}"
+
+
 @pytest.mark.parametrize("failing", ["os.replace", "os.fsync"])
 def test_a_failure_leaves_the_old_file_and_no_temp(
     files: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
