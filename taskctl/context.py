@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import http.client
 
+from services.board.process import lock_file, pid_alive
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
 #: How long an autostarted board may take to write its pointer and answer /health, seconds.
@@ -157,20 +158,6 @@ def read_pointer(environ: Mapping[str, str] | None = None) -> dict[str, Any] | N
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
         return None
     return record
-
-
-def pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    except OSError:
-        return False
-    return True
 
 
 def health(url: str, *, timeout: float = HEALTH_TIMEOUT) -> bool:
@@ -344,19 +331,14 @@ def _wait_for_board(
 
 
 class _start_lock:
-    """An advisory file lock (no-op where fcntl is missing)."""
+    """An advisory file lock, waited for (no-op where fcntl is missing)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.fd: int | None = None
 
     def __enter__(self) -> "_start_lock":
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
-            return self
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        self.fd = lock_file(self.path, wait=True)
         return self
 
     def __exit__(self, *exc: object) -> None:

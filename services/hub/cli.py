@@ -9,14 +9,12 @@ from ``argv`` (``ps`` shows argv to every user).
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import click
 import structlog
@@ -24,21 +22,19 @@ import structlog
 from shared import hub_protocol as hp
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
-from .files import NotOwned, restrict_umask
+from .files import NotOwned, open_private, restrict_umask
 from .pointer import (
     HubFiles,
     OwnerLock,
     ensure_private_dir,
-    open_private,
     read_json,
     read_lock_pid,
     remove_pointer_if_mine,
     write_json_atomic,
 )
+from .process import ShutdownSignals, configure_logging, exit_forced
 from .server import Hub, HubSettings
 
-#: The signals that stop the hub gracefully; a second one forces exit.
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: Where a spawning client puts the board token (SPEC §7.1: environment, never argv).
 TOKEN_ENV = "TASKLOOM_TOKEN"
 
@@ -107,63 +103,38 @@ def protected_dirs(board_url: str, runtime: Path) -> tuple[Path, ...]:
     return tuple(dirs)
 
 
-def configure_logging(stream: TextIO, *, secret: str) -> None:
-    """structlog JSON lines; the board token is scrubbed from every line as a last line of defence."""
-
-    def scrub(_: Any, __: str, line: str) -> str:
-        return line.replace(secret, "[redacted]") if secret else line
-
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-            scrub,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(stream),
-        cache_logger_on_first_use=False,
-    )
-
-
 async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock, *, log_file: Path | None) -> None:
     hub = Hub(settings)
     await hub.start()
+    pid = os.getpid()
+
+    def forced() -> None:
+        # A second signal: no more waiting for sessions, but nobody may be sent to a dead port.
+        log.warning("hub_forced_exit", pid=pid)
+        exit_forced(hub.close_listener, lambda: remove_pointer_if_mine(files, pid))
+
     # Handlers before the pointer: a SIGTERM from whoever just read it must still remove it.
-    loop = asyncio.get_running_loop()
-    signals_seen = 0
-
-    def on_signal() -> None:
-        nonlocal signals_seen
-        signals_seen += 1
-        if signals_seen > 1:
-            os._exit(130)
-        asyncio.ensure_future(hub.stop("hub_stopping"))
-
-    for sig in HANDLED_SIGNALS:
-        loop.add_signal_handler(sig, on_signal)
-    write_json_atomic(
-        files.pointer,
-        {
-            "version": hp.POINTER_VERSION,
-            "protocol": hp.HUB_PROTOCOL,
-            "key": files.key,
-            "pid": os.getpid(),
-            "port": hub.port,
-            "token": hub.token,
-            "log": str(log_file) if log_file is not None else None,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(hub.started_at)),
-        },
-    )
-    log.info("hub_pointer_written", pointer=str(files.pointer), pid=os.getpid(), port=hub.port)
-
-    try:
-        await hub.stopped.wait()
-    finally:
-        remove_pointer_if_mine(files, os.getpid())
-        lock.release()
-        log.info("hub_exited", pid=os.getpid())
+    with ShutdownSignals(stop=lambda: hub.request_stop("hub_stopping"), force=forced):
+        write_json_atomic(
+            files.pointer,
+            {
+                "version": hp.POINTER_VERSION,
+                "protocol": hp.HUB_PROTOCOL,
+                "key": files.key,
+                "pid": pid,
+                "port": hub.port,
+                "token": hub.token,
+                "log": str(log_file) if log_file is not None else None,
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(hub.started_at)),
+            },
+        )
+        log.info("hub_pointer_written", pointer=str(files.pointer), pid=pid, port=hub.port)
+        try:
+            await hub.wait_stopped()
+        finally:
+            remove_pointer_if_mine(files, pid)
+            lock.release()
+            log.info("hub_exited", pid=pid)
 
 
 @click.group(context_settings={"auto_envvar_prefix": "TASKLOOM", "help_option_names": ["-h", "--help"]})
@@ -235,7 +206,7 @@ def serve_command(
             raise click.ClickException(f"another hub (pid {read_lock_pid(files)}) holds {files.lock}")
         lock = acquired
     log_stream, log_file = open_log(files, to_stderr=log_stderr, stderr=sys.stderr)
-    configure_logging(log_stream, secret=token)
+    configure_logging(log_stream, json=True, secret=token)
     settings = HubSettings(
         board_url=board_url,
         board_token=token,

@@ -27,8 +27,9 @@ from shared.limits import HUB_MAX_LINE
 from shared.ndjson import LineFramer, encode_line
 from shared.paths import runtime_dir as default_runtime_dir
 
-from .files import PRIVATE_UMASK
-from .pointer import HubFiles, OwnerLock, ensure_private_dir, open_private, pid_alive, read_lock_pid, read_pointer
+from .files import PRIVATE_UMASK, open_private
+from .pointer import HubFiles, OwnerLock, ensure_private_dir, pid_alive, read_lock_pid, read_pointer
+from .process import Backoff
 
 #: How long find-or-start may take before giving up, seconds.
 START_TIMEOUT = 20.0
@@ -349,11 +350,13 @@ async def follow(
     A fatal ``error`` raises ``HubError``.
     """
     cursor = after
-    delay = reconnect_min
+    ladder = Backoff(reconnect_min, reconnect_max)
     report = on_state or (lambda state: None)
     report("starting")
     while True:
         session: HubSession | None = None
+        problem: str | None = None
+        at_once = False
         try:
             address = await find_or_start(board_url, board_token, runtime=runtime, environ=environ)
             session = await HubSession.connect(address)
@@ -361,7 +364,7 @@ async def follow(
             while (record := await session.receive()) is not None:
                 kind = record.get("type")
                 if kind == "open":
-                    delay = reconnect_min
+                    ladder.reset()
                     report("streaming")
                 elif kind in ("event", "heartbeat", "reset") and isinstance(record.get("revision"), int):
                     cursor = record["revision"]
@@ -371,17 +374,20 @@ async def follow(
                 if kind == "error":
                     raise HubError(str(record.get("code")), str(record.get("message")))
                 if kind == "shutdown":
-                    delay = 0.0  # the hub is going away on purpose: start the next one at once
+                    at_once = True  # the hub is going away on purpose: start the next one at once
                     break
         except (TimeoutError, OSError, HubUnavailable, ValueError) as exc:
-            if on_problem is not None:
-                on_problem(f"{type(exc).__name__}: {exc}; retrying in {max(delay, reconnect_min):g} s")
+            problem = f"{type(exc).__name__}: {exc}"
         finally:
             if session is not None:
                 session.close()
+        if at_once:
+            ladder.reset()
+        delay = 0.0 if at_once else ladder.next()
+        if problem is not None and on_problem is not None:
+            on_problem(f"{problem}; retrying in {delay:g} s")
         report("reconnecting")
         await asyncio.sleep(delay)
-        delay = min(max(delay * 2, reconnect_min), reconnect_max)
 
 
 # -- card-brief registrations (SPEC §7.4) ----------------------------------------------------

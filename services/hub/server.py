@@ -107,6 +107,8 @@ class Hub:
         self.started_at = time.time()
         self.stopped = asyncio.Event()
         self._stopping = False
+        self._stop_requested = asyncio.Event()
+        self._stop_task: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._link = BoardLink(
             settings.board_url,
@@ -143,17 +145,38 @@ class Hub:
         log.info("hub_listening", port=self.port, board=self.board_url, board_id=self.board_id, revision=self.revision)
         return self.port
 
+    def request_stop(self, reason: str = "hub_stopping") -> None:
+        """Begin stopping (a signal, the idle exit, a dead link) from synchronous code.
+
+        The shutdown runs as one task the hub keeps; ``stop`` and ``wait_stopped`` await it, so
+        nothing on the shutdown path is left without an owner.
+        """
+        if self._stop_task is None:
+            self._stopping = True
+            self._stop_requested.set()
+            self._stop_task = asyncio.get_running_loop().create_task(self._shutdown(reason), name="hub-stop")
+
     async def stop(self, reason: str = "hub_stopping") -> None:
         """Say ``shutdown`` to every session, close them, and let go of the board."""
-        if self._stopping:
-            await self.stopped.wait()
-            return
-        self._stopping = True
+        self.request_stop(reason)
+        await self.wait_stopped()
+
+    async def wait_stopped(self) -> None:
+        """Until a stop was requested and has finished; its failure is raised here."""
+        await self._stop_requested.wait()
+        assert self._stop_task is not None
+        await asyncio.shield(self._stop_task)
+
+    def close_listener(self) -> None:
+        """Stop accepting: the listening socket closes now (the forced path calls this too)."""
+        if self._server is not None:
+            self._server.close()
+
+    async def _shutdown(self, reason: str) -> None:
         log.info("hub_stopping", reason=reason, clients=len(self.connections))
         if self._idle_timer is not None:
             self._idle_timer.cancel()
-        if self._server is not None:
-            self._server.close()
+        self.close_listener()
         for connection in list(self.connections):
             connection.shutdown(reason)
         tasks = [c.task for c in self.connections if c.task is not None]
@@ -178,7 +201,7 @@ class Hub:
         if self._stopping or task.cancelled():
             return
         log.error("board_link_ended", error=repr(task.exception()))
-        asyncio.ensure_future(self.stop("board_link_ended"))
+        self.request_stop("board_link_ended")
 
     def _arm_idle_exit(self) -> None:
         """Exit after ``idle_exit`` seconds with no connection and no registration (SPEC §7.1)."""
@@ -193,7 +216,7 @@ class Hub:
         self._idle_timer = None
         if not self.connections and not self.registrations.count() and not self._stopping:
             log.info("hub_idle_exit", idle_exit=self.settings.idle_exit)
-            asyncio.create_task(self.stop("idle"))
+            self.request_stop("idle")
 
     # -- sessions -----------------------------------------------------------------------------
 
