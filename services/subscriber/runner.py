@@ -196,6 +196,7 @@ class Subscriber:
         finally:
             idle.cancel()
             abandon.cancel()
+            await asyncio.gather(idle, abandon, return_exceptions=True)
         if not self._turn_idle.is_set():
             log.warning("turn_abandoned", reason="stopping")
             await self.turns.stop()

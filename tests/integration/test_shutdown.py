@@ -14,13 +14,14 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from services.hub.pointer import HubFiles, read_pointer
-from services.hub.server import SHUTDOWN_GRACE
+from services.hub.server import SHUTDOWN_GRACE, Hub, HubSettings
 from shared import hub_protocol as hp
 from tests.hub.conftest import write_rows
 from tests.support.board import VENV_BIN, BoardClient, RunningBoard, TaskdProcess, make_project, make_task
@@ -103,7 +104,7 @@ def test_taskd_second_signal_during_a_slow_shutdown_exits_130_at_once(taskd: Tas
 # -- taskhub -------------------------------------------------------------------------------------
 
 
-class Hub:
+class HubProcess:
     """A ``taskhub serve`` subprocess in a private runtime directory, logging to a file we read."""
 
     def __init__(self, tmp_path: Path, board: RunningBoard) -> None:
@@ -137,8 +138,8 @@ class Hub:
 
 
 @pytest.fixture
-async def hub(tmp_path: Path, board: RunningBoard) -> Any:
-    running = Hub(tmp_path, board)
+async def hub(tmp_path: Path, board: RunningBoard) -> AsyncIterator[HubProcess]:
+    running = HubProcess(tmp_path, board)
     try:
         yield running
     finally:
@@ -147,7 +148,7 @@ async def hub(tmp_path: Path, board: RunningBoard) -> Any:
             await asyncio.wait_for(running.process.wait(), 20)
 
 
-async def test_taskhub_sigterm_exits_0_and_removes_its_pointer(hub: Hub) -> None:
+async def test_taskhub_sigterm_exits_0_and_removes_its_pointer(hub: HubProcess) -> None:
     pointer = await hub.start()
     assert hub.process is not None
     hub.process.send_signal(signal.SIGTERM)
@@ -157,7 +158,7 @@ async def test_taskhub_sigterm_exits_0_and_removes_its_pointer(hub: Hub) -> None
     assert _logged(hub.log, "hub_exited")
 
 
-async def test_taskhub_second_signal_during_a_slow_shutdown_exits_130_at_once(hub: Hub, client: BoardClient) -> None:
+async def test_taskhub_second_signal_during_a_slow_shutdown_exits_130_at_once(hub: HubProcess, client: BoardClient) -> None:
     pointer = await hub.start()
     assert hub.process is not None
     # A follower that never reads, and more events than the sockets hold: the hub's writer for
@@ -197,3 +198,21 @@ async def test_taskhub_second_signal_during_a_slow_shutdown_exits_130_at_once(hu
 
 async def _true(value: bool) -> bool:
     return value
+
+
+# -- the hub's stop has one owner ---------------------------------------------------------------
+
+
+def _stop_tasks() -> list[asyncio.Task[Any]]:
+    return [task for task in asyncio.all_tasks() if task.get_name() == "hub-stop"]
+
+
+async def test_a_stop_asked_for_from_a_callback_is_one_task_the_hub_awaits(board: RunningBoard) -> None:
+    # The idle exit and a dead board link ask from synchronous callbacks, like a signal does.
+    hub = Hub(HubSettings(board_url=board.url, board_token=board.token, idle_exit=0.05, reconnect_min=0.05))
+    await hub.start()
+    await asyncio.wait_for(hub.wait_stopped(), 20)  # the idle exit's stop, awaited by its owner
+    assert hub.stopped.is_set()
+    hub.request_stop("again")  # a late second request starts nothing new
+    assert all(task.done() for task in _stop_tasks())
+    await asyncio.wait_for(hub.stop(), 5)  # and stop() after it returns at once
