@@ -68,6 +68,10 @@ async def serve(settings: BoardSettings, *, lock: DataDirLock | None = None, sta
 
     # Handlers before the pointer: a SIGTERM from whoever just read it must still remove it.
     with ShutdownSignals(force=forced) as signals:
+        # The lock names the URL before the pointer does: whoever found the pointer and then
+        # reads the lock (a second board on this data directory) sees the same board.
+        if lock is not None:
+            lock.stamp(url=url)
         write_pointer(
             runtime,
             {
@@ -80,8 +84,6 @@ async def serve(settings: BoardSettings, *, lock: DataDirLock | None = None, sta
         )
         if startup is not None:
             startup.done = True
-        if lock is not None:
-            lock.stamp(url=url)
         log.info("board_listening", url=url, data_dir=str(settings.data_dir), board_id=meta)
         click.echo(f"Taskloom board on {url}  (data: {settings.data_dir})", err=True)
         announce_login(app, url)
