@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.board.process import lock_file, pid_alive
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
 from .errors import TaskctlError, redact, remember_secret
@@ -76,20 +77,6 @@ def read_pointer(environ: Mapping[str, str] | None = None) -> dict[str, Any] | N
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
         return None
     return record
-
-
-def pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    except OSError:
-        return False
-    return True
 
 
 def live_pointer(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
@@ -275,19 +262,14 @@ def _wait_for_board(
 
 
 class _start_lock:
-    """An advisory file lock (no-op where fcntl is missing)."""
+    """An advisory file lock, waited for (no-op where fcntl is missing)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.fd: int | None = None
 
-    def __enter__(self) -> "_start_lock":
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
-            return self
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+    def __enter__(self) -> _start_lock:
+        self.fd = lock_file(self.path, wait=True)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -97,7 +97,8 @@ def follow(after: int | None, idle: float) -> None:
 def hub(stop: bool, every: bool) -> None:
     """Show this board's hub (pointer, pid, port, whether it answers), or stop it."""
     from services.hub import client
-    from services.hub.pointer import pid_alive, read_pointer
+    from services.hub.pointer import read_pointer
+    from services.hub.process import pid_alive
 
     inv = current()
     if every:

@@ -151,7 +151,8 @@ def subscribe(
     """
     from services.subscriber import state as st
     from services.subscriber.classify import LoopIdentity
-    from services.subscriber.runner import Subscriber, Timing, configure_logging
+    from services.subscriber.process import configure_logging
+    from services.subscriber.runner import Subscriber, Timing
     from services.subscriber.turns import TurnRunner
 
     if director is not None and director in agents:
@@ -219,23 +220,17 @@ def _hold_subscribe_lock(directory: Path) -> int:
     """An flock on ``<state_dir>/subscribe.lock`` for the process's life: two subscribers on one
     state directory would wake the same supervisor twice."""
     from services.subscriber import state as st
+    from services.subscriber.process import lock_file
 
-    fd = os.open(directory / SUBSCRIBE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        return fd
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
+    fd = lock_file(directory / SUBSCRIBE_LOCK)
+    if fd is None:
         record = st.read_state(st.state_path(directory)) or {}
         raise TaskctlError(
             "SUBSCRIBER_RUNNING",
             f"another subscriber already runs on {directory}",
             details={"pid": record.get("pid"), "state_dir": str(directory)},
             hint="stop it first, or give this one its own --state-dir",
-        ) from None
+        )
     return fd
 
 

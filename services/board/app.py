@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
@@ -262,17 +261,3 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     streaming.setup(app)
     ui.setup(app)
     return app
-
-
-def configure_logging(*, json: bool) -> None:
-    """structlog JSON lines when not on a TTY (journald friendly), console lines on a TTY."""
-    renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import sqlite3
 import sys
 from dataclasses import dataclass
@@ -19,16 +18,15 @@ from shared.paths import BOARD_POINTER, runtime_dir
 from shared.paths import data_dir as default_data_dir
 
 from . import auth
-from .app import CREDENTIALS, STORE, BoardSettings, configure_logging, create_app
+from .app import CREDENTIALS, STORE, BoardSettings, create_app
 from .connections import BoardRunner, ConnectionLimits, listen_backlog
 from .descriptors import raise_nofile_limit, reserve_within
 from .files import NotOwned, ensure_private_dir, restrict_umask, tighten
 from .lock import LOCK_FILE, DataDirBusy, DataDirLock
 from .pointer import remove_pointer_if_mine, write_pointer
+from .process import ShutdownSignals, configure_logging, exit_forced
 from .store import SchemaDamaged, SchemaTooNew, migrate, verify_triggers
 
-#: The signals that stop the board gracefully; a second one forces exit.
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: What the board keeps in its data directory, made owner-only at every start (docs/security.md).
 DATA_FILES = (
     "board.sqlite", "board.sqlite-wal", "board.sqlite-shm", "board.sqlite-journal", "token", LOCK_FILE,
@@ -60,45 +58,43 @@ async def serve(settings: BoardSettings, *, lock: DataDirLock | None = None, sta
     url = f"http://{host}:{port}"
     meta = await app[STORE].query(lambda conn: conn.execute("SELECT value FROM board_meta WHERE key = 'board_id'").fetchone()[0])
     runtime = runtime_dir(os.environ, Path.home())
+    pid = os.getpid()
+
+    def forced() -> None:
+        # A second signal: streams and requests are not waited for, but the port closes and the
+        # pointer goes, so nobody is sent to a board that is no longer there.
+        log.warning("board_forced_exit", pid=pid)
+        exit_forced(*([server.close] if server is not None else []), lambda: remove_pointer_if_mine(runtime, pid))
+
     # Handlers before the pointer: a SIGTERM from whoever just read it must still remove it.
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals_seen = 0
+    with ShutdownSignals(force=forced) as signals:
+        # The lock names the URL before the pointer does: whoever found the pointer and then
+        # reads the lock (a second board on this data directory) sees the same board.
+        if lock is not None:
+            lock.stamp(url=url)
+        write_pointer(
+            runtime,
+            {
+                "url": url,
+                "pid": pid,
+                "board_id": meta,
+                "data_dir": str(settings.data_dir),
+                "token_file": str(settings.token_path),
+            },
+        )
+        if startup is not None:
+            startup.done = True
+        log.info("board_listening", url=url, data_dir=str(settings.data_dir), board_id=meta)
+        click.echo(f"Taskloom board on {url}  (data: {settings.data_dir})", err=True)
+        announce_login(app, url)
 
-    def on_signal() -> None:
-        nonlocal signals_seen
-        signals_seen += 1
-        if signals_seen > 1:
-            os._exit(130)
-        stop.set()
-
-    for sig in HANDLED_SIGNALS:
-        loop.add_signal_handler(sig, on_signal)
-    write_pointer(
-        runtime,
-        {
-            "url": url,
-            "pid": os.getpid(),
-            "board_id": meta,
-            "data_dir": str(settings.data_dir),
-            "token_file": str(settings.token_path),
-        },
-    )
-    if startup is not None:
-        startup.done = True
-    if lock is not None:
-        lock.stamp(url=url)
-    log.info("board_listening", url=url, data_dir=str(settings.data_dir), board_id=meta)
-    click.echo(f"Taskloom board on {url}  (data: {settings.data_dir})", err=True)
-    announce_login(app, url)
-
-    try:
-        await stop.wait()
-    finally:
-        log.info("board_stopping")
-        remove_pointer_if_mine(runtime, os.getpid())
-        await runner.cleanup()
-        log.info("board_stopped")
+        try:
+            await signals.requested.wait()
+        finally:
+            log.info("board_stopping")
+            remove_pointer_if_mine(runtime, pid)
+            await runner.cleanup()
+            log.info("board_stopped")
 
 
 def connection_limits(settings: BoardSettings) -> ConnectionLimits:
@@ -210,7 +206,8 @@ def serve_command(
     session_max_age: float,
 ) -> None:
     """Run the board until SIGINT or SIGTERM."""
-    configure_logging(json=not sys.stderr.isatty())
+    # Lines on stdout, banner and login link on stderr (docs/operations.md); JSON off a terminal.
+    configure_logging(sys.stdout, json=not sys.stderr.isatty())
     directory = (data_dir or default_data_dir(os.environ, Path.home(), platform=sys.platform)).absolute()
     settings = BoardSettings(
         data_dir=directory,

@@ -11,18 +11,12 @@ processes each lock a different inode.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from pathlib import Path
 from typing import Any, Final
 
-from .files import open_private
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: the data-dir lock needs a msvcrt port
-    fcntl = None  # type: ignore[assignment]
+from .process import lock_file
 
 LOCK_FILE: Final = "board.lock"
 
@@ -52,17 +46,9 @@ class DataDirLock:
     def acquire(cls, data_dir: Path) -> DataDirLock:
         """Take the lock without waiting; :class:`DataDirBusy` when a live board holds it."""
         path = data_dir / LOCK_FILE
-        fd = open_private(path, os.O_RDWR)
-        if fcntl is None:  # pragma: no cover
-            return cls(path, fd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _read(fd)
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise DataDirBusy(data_dir, holder) from None
-            raise
+        fd = lock_file(path)
+        if fd is None:
+            raise DataDirBusy(data_dir, _read(path))
         lock = cls(path, fd)
         lock.stamp(url=None)
         return lock
@@ -79,9 +65,10 @@ class DataDirLock:
             self.fd = -1
 
 
-def _read(fd: int) -> dict[str, Any]:
+def _read(path: Path) -> dict[str, Any]:
     try:
-        record = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        with path.open("rb") as holder:
+            record = json.loads(holder.read(4096) or b"{}")
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}

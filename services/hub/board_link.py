@@ -24,6 +24,8 @@ from shared import hub_protocol as hp
 from shared.limits import SSE_MAX_LINE
 from shared.sse import SSEMessage, SSEParser, SSEProtocolError
 
+from .process import Backoff
+
 log = structlog.get_logger("taskhub")
 
 #: The board's answer to a token it does not take (RFC 9110 §15.5.2).
@@ -94,7 +96,7 @@ class BoardLink:
 
     async def run(self) -> None:
         """Follow the board until cancelled or refused with 401; any other failure only slows the ladder."""
-        delay = self._reconnect_min
+        ladder = Backoff(self._reconnect_min, self._reconnect_max)
         # force_close: a fresh connection per request, so a stream never inherits the state of a
         # pooled keep-alive connection. aiohttp's own sock_read is kept as a second guard.
         timeout = aiohttp.ClientTimeout(total=None, connect=10.0, sock_connect=10.0, sock_read=self._read_timeout)
@@ -120,11 +122,11 @@ class BoardLink:
                 finally:
                     self.first_attempt.set()
                 if self.connects > opened_before:
-                    delay = self._reconnect_min  # a stream that opened, however it ended, restarts the ladder
+                    ladder.reset()  # a stream that opened, however it ended, restarts the ladder
                 self.state = "reconnecting"
+                delay = ladder.next()
                 log.info("board_reconnect_in", board=self.url, seconds=delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self._reconnect_max)
 
     async def _attempt(self, session: aiohttp.ClientSession) -> None:
         """One connect: ``/meta``, then the stream until it ends."""

@@ -14,14 +14,12 @@ an older key (a rotated token), once no process holds that key's lock.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import click
 import structlog
@@ -29,22 +27,20 @@ import structlog
 from shared import hub_protocol as hp
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
-from .files import NotOwned, move_atomic, restrict_umask
 from .client import EXIT_UNAUTHORIZED
+from .files import NotOwned, move_atomic, open_private, restrict_umask
 from .pointer import (
     HubFiles,
     OwnerLock,
     ensure_private_dir,
-    open_private,
     read_json,
     read_lock_pid,
     remove_pointer_if_mine,
     write_json_atomic,
 )
+from .process import ShutdownSignals, configure_logging, exit_forced
 from .server import Hub, HubSettings
 
-#: The signals that stop the hub gracefully; a second one forces exit.
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: Where a spawning client puts the board token (SPEC §7.1: environment, never argv).
 TOKEN_ENV = "TASKLOOM_TOKEN"
 
@@ -145,75 +141,50 @@ def adopt_registrations(files: HubFiles, board_url: str) -> Path | None:
     return None
 
 
-def configure_logging(stream: TextIO, *, secret: str) -> None:
-    """structlog JSON lines; the board token is scrubbed from every line as a last line of defence."""
-
-    def scrub(_: Any, __: str, line: str) -> str:
-        return line.replace(secret, "[redacted]") if secret else line
-
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-            scrub,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(stream),
-        cache_logger_on_first_use=False,
-    )
-
-
 async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock, *, log_file: Path | None) -> int:
     """Serve until stopped; the exit status (0, or ``EXIT_UNAUTHORIZED`` when the board refused us)."""
     hub = Hub(settings)
     await hub.start()
+    pid = os.getpid()
     if hub.failure is not None:
         # Refused before anyone could find us: no pointer, so no client ever trusts this hub.
-        await hub.stopped.wait()
+        await hub.wait_stopped()
         lock.release()
-        log.info("hub_exited", pid=os.getpid(), status=EXIT_UNAUTHORIZED)
+        log.info("hub_exited", pid=pid, status=EXIT_UNAUTHORIZED)
         return EXIT_UNAUTHORIZED
+
+    def forced() -> None:
+        # A second signal: no more waiting for sessions, but nobody may be sent to a dead port.
+        log.warning("hub_forced_exit", pid=pid)
+        exit_forced(hub.close_listener, lambda: remove_pointer_if_mine(files, pid))
+
     # Handlers before the pointer: a SIGTERM from whoever just read it must still remove it.
-    loop = asyncio.get_running_loop()
-    signals_seen = 0
-
-    def on_signal() -> None:
-        nonlocal signals_seen
-        signals_seen += 1
-        if signals_seen > 1:
-            os._exit(130)
-        asyncio.ensure_future(hub.stop("hub_stopping"))
-
-    for sig in HANDLED_SIGNALS:
-        loop.add_signal_handler(sig, on_signal)
-    write_json_atomic(
-        files.pointer,
-        {
-            "version": hp.POINTER_VERSION,
-            "protocol": hp.HUB_PROTOCOL,
-            "key": files.key,
-            # In clear beside the key, which hides the token: `events hub --stop` finds the hubs
-            # of a board whatever token they hold (a rotation leaves one keyed by the old token).
-            "board": hub.board_url,
-            "board_id": hub.board_id,
-            "pid": os.getpid(),
-            "port": hub.port,
-            "token": hub.token,
-            "log": str(log_file) if log_file is not None else None,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(hub.started_at)),
-        },
-    )
-    log.info("hub_pointer_written", pointer=str(files.pointer), pid=os.getpid(), port=hub.port)
-
-    try:
-        await hub.stopped.wait()
-    finally:
-        remove_pointer_if_mine(files, os.getpid())
-        lock.release()
+    with ShutdownSignals(stop=lambda: hub.request_stop("hub_stopping"), force=forced):
+        write_json_atomic(
+            files.pointer,
+            {
+                "version": hp.POINTER_VERSION,
+                "protocol": hp.HUB_PROTOCOL,
+                "key": files.key,
+                # In clear beside the key, which hides the token: `events hub --stop` finds the hubs
+                # of a board whatever token they hold (a rotation leaves one keyed by the old token).
+                "board": hub.board_url,
+                "board_id": hub.board_id,
+                "pid": pid,
+                "port": hub.port,
+                "token": hub.token,
+                "log": str(log_file) if log_file is not None else None,
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(hub.started_at)),
+            },
+        )
+        log.info("hub_pointer_written", pointer=str(files.pointer), pid=pid, port=hub.port)
+        try:
+            await hub.wait_stopped()
+        finally:
+            remove_pointer_if_mine(files, pid)
+            lock.release()
     status = EXIT_UNAUTHORIZED if hub.failure is not None else 0
-    log.info("hub_exited", pid=os.getpid(), status=status)
+    log.info("hub_exited", pid=pid, status=status)
     return status
 
 
@@ -286,7 +257,7 @@ def serve_command(
             raise click.ClickException(f"another hub (pid {read_lock_pid(files)}) holds {files.lock}")
         lock = acquired
     log_stream, log_file = open_log(files, to_stderr=log_stderr, stderr=sys.stderr)
-    configure_logging(log_stream, secret=token)
+    configure_logging(log_stream, json=True, secret=token)
     adopted = adopt_registrations(files, resolved)
     if adopted is not None:
         log.info("registrations_adopted", source=str(adopted), path=str(files.registrations))

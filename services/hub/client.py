@@ -33,8 +33,9 @@ from shared.limits import HUB_MAX_LINE
 from shared.ndjson import LineFramer, encode_line
 from shared.paths import runtime_dir as default_runtime_dir
 
-from .files import PRIVATE_UMASK
-from .pointer import HubFiles, OwnerLock, ensure_private_dir, open_private, pid_alive, read_lock_pid, read_pointer
+from .files import PRIVATE_UMASK, open_private
+from .pointer import HubFiles, OwnerLock, ensure_private_dir, pid_alive, read_lock_pid, read_pointer
+from .process import Backoff
 
 #: How long find-or-start may take before giving up, seconds.
 START_TIMEOUT = 20.0
@@ -390,11 +391,13 @@ async def follow(
     """
     read_token: TokenSource = board_token if callable(board_token) else (lambda: board_token)
     cursor = after
-    delay = reconnect_min
+    ladder = Backoff(reconnect_min, reconnect_max)
     report = on_state or (lambda state: None)
     report("starting")
     while True:
         session: HubSession | None = None
+        problem: str | None = None
+        at_once = False
         token = read_token()
         if not token:
             raise HubError(hp.UNAUTHORIZED, "no board token: set TASKLOOM_TOKEN or pass --token")
@@ -410,7 +413,7 @@ async def follow(
             while (record := await session.receive()) is not None:
                 kind = record.get("type")
                 if kind == "open":
-                    delay = reconnect_min
+                    ladder.reset()
                     report("streaming")
                 elif kind in ("event", "heartbeat", "reset") and isinstance(record.get("revision"), int):
                     cursor = record["revision"]
@@ -419,21 +422,24 @@ async def follow(
                     return
                 if kind == "error":
                     if record.get("code") == hp.UNAUTHORIZED and read_token() not in (None, token):
-                        delay = 0.0  # the hub's board refused the old token; the new one keys another hub
+                        at_once = True  # the hub's board refused the old token; the new one keys another hub
                         break
                     raise HubError(str(record.get("code")), str(record.get("message")))
                 if kind == "shutdown":
-                    delay = 0.0  # the hub is going away on purpose: start the next one at once
+                    at_once = True  # the hub is going away on purpose: start the next one at once
                     break
         except (TimeoutError, OSError, HubUnavailable, ValueError) as exc:
-            if on_problem is not None:
-                on_problem(f"{type(exc).__name__}: {exc}; retrying in {max(delay, reconnect_min):g} s")
+            problem = f"{type(exc).__name__}: {exc}"
         finally:
             if session is not None:
                 session.close()
+        if at_once:
+            ladder.reset()
+        delay = 0.0 if at_once else ladder.next()
+        if problem is not None and on_problem is not None:
+            on_problem(f"{problem}; retrying in {delay:g} s")
         report("reconnecting")
         await asyncio.sleep(delay)
-        delay = min(max(delay * 2, reconnect_min), reconnect_max)
 
 
 # -- card-brief registrations (SPEC §7.4) ----------------------------------------------------

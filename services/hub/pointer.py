@@ -22,12 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .files import ensure_private_dir, open_private, write_atomic
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: the hub's lock needs a msvcrt port
-    fcntl = None  # type: ignore[assignment]
+from .files import ensure_private_dir, write_atomic
+from .process import lock_file, try_flock
+from .process import pid_alive as pid_alive  # where the hub's callers have always found it
 
 
 @dataclass(frozen=True)
@@ -88,24 +85,6 @@ def read_lock_pid(files: HubFiles) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` is a running process (a zombie waiting to be reaped counts as dead)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive, and not ours to signal
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no procfs (macOS): kill(0) is the best answer there is
-    # The state letter follows the parenthesised command name, which may itself hold spaces.
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
 class OwnerLock:
     """The ``flock`` on ``hub-<key>.lock``; the holder writes its pid (and role) into the file."""
 
@@ -118,17 +97,10 @@ class OwnerLock:
     @classmethod
     def try_acquire(cls, files: HubFiles, *, role: str) -> OwnerLock | None:
         """Take the lock without waiting; None when a live process holds it."""
-        if fcntl is None:  # pragma: no cover
-            raise RuntimeError("the hub's owner lock needs fcntl (POSIX)")
         ensure_private_dir(files.runtime)
-        fd = open_private(files.lock, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return None
-            raise
+        fd = lock_file(files.lock)
+        if fd is None:
+            return None
         lock = cls(files, fd, previous_pid=read_lock_pid(files))
         lock.stamp(os.getpid(), role=role)
         return lock
@@ -136,11 +108,10 @@ class OwnerLock:
     @classmethod
     def inherit(cls, files: HubFiles, fd: int) -> OwnerLock:
         """Adopt a descriptor a starter locked and passed down; the flock came with it."""
-        if fcntl is None:  # pragma: no cover
-            raise RuntimeError("the hub's owner lock needs fcntl (POSIX)")
         os.set_inheritable(fd, False)
         # A non-blocking re-lock of our own open file description succeeds only if we hold it.
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not try_flock(fd):
+            raise OSError(errno.EWOULDBLOCK, f"descriptor {fd} does not hold {files.lock}")
         lock = cls(files, fd)
         lock.stamp(os.getpid(), role="hub")
         return lock

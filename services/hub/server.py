@@ -126,6 +126,8 @@ class Hub:
         self.started_at = time.time()
         self.stopped = asyncio.Event()
         self._stopping = False
+        self._stop_requested = asyncio.Event()
+        self._stop_task: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._link = BoardLink(
             settings.board_url,
@@ -139,7 +141,6 @@ class Hub:
         self._idle_timer: asyncio.TimerHandle | None = None
         #: The ``error`` the hub ended with when the board refused its token; None otherwise.
         self.failure: dict[str, Any] | None = None
-        self._failure_stop: asyncio.Future[None] | None = None
 
     @property
     def clients(self) -> int:
@@ -167,17 +168,40 @@ class Hub:
         log.info("hub_listening", port=self.port, board=self.board_url, board_id=self.board_id, revision=self.revision)
         return self.port
 
+    def request_stop(self, reason: str = "hub_stopping", *, farewell: dict[str, Any] | None = None) -> None:
+        """Begin stopping (a signal, the idle exit, a dead link) from synchronous code.
+
+        The shutdown runs as one task the hub keeps; ``stop`` and ``wait_stopped`` await it, so
+        nothing on the shutdown path is left without an owner.
+        """
+        if self._stop_task is None:
+            self._stopping = True
+            self._stop_requested.set()
+            self._stop_task = asyncio.get_running_loop().create_task(
+                self._shutdown(reason, farewell=farewell), name="hub-stop"
+            )
+
     async def stop(self, reason: str = "hub_stopping", *, farewell: dict[str, Any] | None = None) -> None:
-        """Say ``shutdown`` (or ``farewell``) to every session, close them, and let go of the board."""
-        if self._stopping:
-            await self.stopped.wait()
-            return
-        self._stopping = True
+        """Say ``shutdown`` (or ``farewell``, an ``error``) to every session, close them, and let go of the board."""
+        self.request_stop(reason, farewell=farewell)
+        await self.wait_stopped()
+
+    async def wait_stopped(self) -> None:
+        """Until a stop was requested and has finished; its failure is raised here."""
+        await self._stop_requested.wait()
+        assert self._stop_task is not None
+        await asyncio.shield(self._stop_task)
+
+    def close_listener(self) -> None:
+        """Stop accepting: the listening socket closes now (the forced path calls this too)."""
+        if self._server is not None:
+            self._server.close()
+
+    async def _shutdown(self, reason: str, *, farewell: dict[str, Any] | None) -> None:
         log.info("hub_stopping", reason=reason, clients=len(self.connections))
         if self._idle_timer is not None:
             self._idle_timer.cancel()
-        if self._server is not None:
-            self._server.close()
+        self.close_listener()
         for connection in list(self.connections):
             connection.shutdown(reason, farewell=farewell)
         tasks = [c.task for c in self.connections if c.task is not None]
@@ -202,7 +226,7 @@ class Hub:
         if self._stopping or task.cancelled() or self.failure is not None:
             return
         log.error("board_link_ended", error=repr(task.exception()))
-        asyncio.ensure_future(self.stop("board_link_ended"))
+        self.request_stop("board_link_ended")
 
     def _arm_idle_exit(self) -> None:
         """Exit after ``idle_exit`` seconds with no connection and no registration (SPEC §7.1)."""
@@ -217,7 +241,7 @@ class Hub:
         self._idle_timer = None
         if not self.connections and not self.registrations.count() and not self._stopping:
             log.info("hub_idle_exit", idle_exit=self.settings.idle_exit)
-            asyncio.create_task(self.stop("idle"))
+            self.request_stop("idle")
 
     # -- sessions -----------------------------------------------------------------------------
 
@@ -325,8 +349,7 @@ class Hub:
         )
         log.error("hub_board_unauthorized", board=self.board_url, reason=message, clients=self.clients,
                   registrations=self.registrations.count())
-        # Held so the stop is not collected mid-way (asyncio keeps only weak references to tasks).
-        self._failure_stop = asyncio.ensure_future(self.stop("board_unauthorized", farewell=self.failure))
+        self.request_stop("board_unauthorized", farewell=self.failure)  # one task the hub owns and awaits
 
 
 def enable_keepalive(sock: Any) -> None:

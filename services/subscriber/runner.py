@@ -23,12 +23,9 @@ It never writes board state: its only output is the ``--on-wake`` command and it
 from __future__ import annotations
 
 import asyncio
-import logging
-import signal
-import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Final, TextIO
+from typing import Any, Final
 
 import structlog
 
@@ -37,11 +34,10 @@ from shared import hub_protocol as hp
 from . import coalesce
 from .classify import LoopIdentity, UnknownNames, classify
 from .coalesce import Coalescer, Turn
+from .process import Backoff, ShutdownSignals
 from .state import RECONNECTING, STARTING, STOPPED, STREAMING, UNAUTHORIZED, Publisher, utc_now
 from .turns import RAN, REFUSED, TurnResult, TurnRunner
 
-#: The signals that stop the subscriber; a second one abandons a running turn.
-HANDLED_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 #: The local reconnect ladder to the hub, seconds (SPEC §9: 1 s doubling to 30 s).
 RECONNECT_MIN: Final = hp.RECONNECT_MIN
 RECONNECT_MAX: Final = hp.RECONNECT_MAX
@@ -150,27 +146,18 @@ class Subscriber:
 
     async def run_until_signalled(self) -> int:
         """``run`` with SIGINT/SIGTERM wired: the first stops cleanly, the second abandons."""
-        loop = asyncio.get_running_loop()
-        seen = 0
 
-        def on_signal(sig: signal.Signals) -> None:
-            nonlocal seen
-            seen += 1
-            log.info("signal_received", signal=sig.name, abandon=seen > 1)
-            self.abandon() if seen > 1 else self.request_stop()
+        def abandon() -> None:
+            log.info("signal_received", signal=signals.received[-1].name, abandon=True)
+            self.abandon()
 
-        installed = []
-        for sig in HANDLED_SIGNALS:
-            try:
-                loop.add_signal_handler(sig, on_signal, sig)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError):  # pragma: no cover - no signals here
-                pass
-        try:
+        def stop() -> None:
+            log.info("signal_received", signal=signals.received[-1].name, abandon=False)
+            self.request_stop()
+
+        signals = ShutdownSignals(stop=stop, force=abandon)
+        with signals:
             return await self.run()
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
 
     async def run(self) -> int:
         """Follow and drive turns until ``request_stop``; 0 on a clean stop, 1 if a part failed."""
@@ -215,6 +202,7 @@ class Subscriber:
         finally:
             idle.cancel()
             abandon.cancel()
+            await asyncio.gather(idle, abandon, return_exceptions=True)
         if not self._turn_idle.is_set():
             log.warning("turn_abandoned", reason="stopping")
             await self.turns.stop()
@@ -222,7 +210,7 @@ class Subscriber:
     # -- following the hub --------------------------------------------------------------------
 
     async def _follow(self) -> None:
-        ladder = self.timing.reconnect_min  # the wait before the next attempt after a failure
+        ladder = Backoff(self.timing.reconnect_min, self.timing.reconnect_max)
         while True:
             self._opened = False
             at_once = unauthorized = False
@@ -236,12 +224,9 @@ class Subscriber:
                 # The hub client's error for a refused token carries the hub protocol's code.
                 unauthorized = getattr(exc, "code", None) == hp.UNAUTHORIZED
             if self._opened:
-                ladder = self.timing.reconnect_min  # a good connection starts the ladder over
-            if self._opened and at_once:
-                # The hub said goodbye on purpose (an upgrade's `events hub --stop`): replace it now.
-                wait = 0.0
-            else:
-                wait, ladder = ladder, min(ladder * 2, self.timing.reconnect_max)
+                ladder.reset()  # a good connection starts the ladder over
+            # The hub said goodbye on purpose (an upgrade's `events hub --stop`): replace it now.
+            wait = 0.0 if self._opened and at_once else ladder.next()
             self.reconnects += 1
             self.publisher.set_state(UNAUTHORIZED if unauthorized else RECONNECTING, revision=self.cursor,
                                      reconnects=self.reconnects, last_problem=reason, retry_in=wait)
@@ -407,23 +392,3 @@ class Subscriber:
         while True:
             await asyncio.sleep(self.timing.state_flush)
             self.publisher.flush()
-
-
-def configure_logging(stream: TextIO = sys.stderr, *, level: int = logging.INFO) -> None:
-    """structlog JSON lines when ``stream`` is not a TTY (journald friendly), console lines on one."""
-    try:
-        tty = stream.isatty()
-    except (AttributeError, ValueError):
-        tty = False
-    renderer: Any = structlog.dev.ConsoleRenderer(colors=False) if tty else structlog.processors.JSONRenderer()
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(stream),
-        cache_logger_on_first_use=False,
-    )

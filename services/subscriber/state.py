@@ -18,6 +18,7 @@ from typing import Any, Final
 from shared.timestamps import format_timestamp
 
 from .files import write_atomic
+from .process import pid_alive as pid_alive  # where the state readers have always found it
 
 STATE_FILE: Final = "subscribe.state.json"
 STATE_VERSION: Final = 1
@@ -54,26 +55,6 @@ def read_state(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
-
-
-def pid_alive(pid: Any) -> bool:
-    """Whether ``pid`` names a running process (a zombie counts as dead)."""
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    except OSError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no procfs (macOS): kill(0) is the best answer there is
-    # The state letter follows the parenthesised command name, which may itself hold spaces.
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 @dataclass(frozen=True, slots=True)

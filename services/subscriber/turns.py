@@ -26,7 +26,6 @@ could not replay a gap and the supervisor should rescan everything).
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import os
 import signal
@@ -36,12 +35,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .coalesce import Turn
-from .state import pid_alive
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows has no flock; the lock is then always free
-    fcntl = None  # type: ignore[assignment]
+from .process import lock_file, pid_alive
 
 SESSIONS_FILE: Final = "sessions.state.json"
 CONTINUE_LOCK: Final = "continue.lock"
@@ -99,18 +93,9 @@ class ContinueLock:
     @classmethod
     def try_take(cls, path: Path) -> ContinueLock | None:
         """The lock, or None when another process holds it."""
-        if fcntl is None:  # pragma: no cover
-            return cls(None)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return None
-            raise
-        return cls(fd)
+        fd = lock_file(path)
+        return None if fd is None else cls(fd)
 
     def release(self) -> None:
         if self._fd is not None:
