@@ -4,25 +4,29 @@ After an in-process commit the store's commit listener wakes the reader at once 
 is live it only moves the reader's position: there is nobody to read for). Commits made by
 other processes on the same file are noticed by polling ``PRAGMA data_version`` on the reader's
 own connection (it changes whenever any *other* connection commits). Each wake reads the rows
-after the reader's position in one statement (one snapshot) on that connection — an aiosqlite
-one, whose thread also encodes their SSE frames — and hands the same bytes to every live stream
-(SPEC §6.3): the database work per event does not depend on how many streams are open. Streams
-that replay or fell behind read their pages through ``fetch_after``, on a small pool of catch-up
-connections beside the reader's own.
+after the reader's position in one snapshot, encodes their SSE frames on the reader's thread and
+hands the same bytes to every live stream (SPEC §6.3): the database work per event does not depend
+on how many streams are open.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Final, Protocol
+import sqlite3
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, NamedTuple, Protocol
 
+import orjson
 import structlog
 
-from .pages import Frame, Page, encode_row, read_page, unfiltered_wire
-from .readers import ActivityReader, ReaderPool
-from .store import SqliteStore
+from shared.events import WIRE_NOISE
+from shared.sse import encode_event, encode_id_only
 
-__all__ = ["LIVE_PAGE", "Frame", "LogReader", "Page", "Subscriber", "encode_row", "read_page", "unfiltered_wire"]
+from . import activities
+from .store import SqliteStore, connect
 
 log = structlog.get_logger("taskd.logreader")
 
@@ -30,6 +34,88 @@ log = structlog.get_logger("taskd.logreader")
 LIVE_PAGE: Final = 500
 #: Pause after a failed read before the reader tries again, seconds.
 RETRY_AFTER_FAILURE: Final = 1.0
+
+
+class Frame(NamedTuple):
+    """One activity row, encoded: ``wire`` is its complete SSE frame. (A tuple: replay builds
+    tens of thousands a second, and a frozen dataclass costs several times more to create.)"""
+
+    revision: int
+    event: str
+    task_id: str | None
+    project_id: str | None
+    wire: bytes
+
+    @property
+    def noise(self) -> bool:
+        return self.event in WIRE_NOISE
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Rows with ``after < revision <= end`` in revision order; nothing else streamable is in that range.
+
+    ``end`` is the snapshot's head when the page is not full (revisions that belong to other tables
+    hold no row), else the last row's revision. ``complete`` is False when the rows were not read
+    (nobody was listening): such a page only moves the reader's position.
+    """
+
+    after: int
+    end: int
+    frames: tuple[Frame, ...]
+    full: bool = False
+    complete: bool = True
+    #: Every frame a stream without filters receives, joined once (noise left out, see ``wire_for``).
+    wire: bytes = b""
+    #: The id a stream without filters has announced once it has written ``wire``.
+    last_id: int = 0
+
+
+def encode_row(row: sqlite3.Row) -> Frame:
+    try:
+        frame = activities.to_frame(row)
+    except orjson.JSONDecodeError:
+        # A row some other writer stored with broken JSON must not wedge every stream behind it:
+        # it is still a signal that something changed, so it goes out with empty changes.
+        log.warning("activity_changes_unreadable", revision=row["revision"])
+        frame = activities.to_frame(_with_changes(row, "{}"))
+    revision = frame["revision"]
+    wire = encode_event(revision, orjson.dumps(frame))
+    return Frame(revision, frame["event"], frame["task_id"], frame["project_id"], wire)
+
+
+def _with_changes(row: sqlite3.Row, changes_json: str) -> dict[str, object]:
+    # sqlite3.Row iterates over values, not names: keys() is needed here.
+    replaced: dict[str, object] = {key: row[key] for key in row.keys()}  # noqa: SIM118
+    replaced["changes_json"] = changes_json
+    return replaced
+
+
+def unfiltered_wire(frames: Iterable[Frame], last_id: int) -> tuple[bytes, int]:
+    """What a stream without filters sends for ``frames``: noise is left out, but an id-only
+    frame after trailing noise moves the client's cursor past it (SPEC §6.4)."""
+    parts: list[bytes] = []
+    skipped = 0
+    for frame in frames:
+        if frame.noise:
+            skipped = frame.revision
+        else:
+            parts.append(frame.wire)
+            last_id = frame.revision
+    if skipped > last_id:
+        parts.append(encode_id_only(skipped))
+        last_id = skipped
+    return b"".join(parts), last_id
+
+
+def read_page(conn: sqlite3.Connection, after: int, limit: int = activities.REPLAY_PAGE) -> Page:
+    """Streamable rows after ``after``, encoded; one call is one snapshot (``store.query``)."""
+    rows = activities.replay_after(conn, after, limit)
+    frames = tuple(encode_row(row) for row in rows)
+    full = len(frames) == limit
+    end = frames[-1].revision if full else max(activities.head(conn), after)
+    wire, last_id = unfiltered_wire(frames, after)
+    return Page(after, end, frames, full=full, wire=wire, last_id=last_id)
 
 
 class Subscriber(Protocol):
@@ -54,23 +140,17 @@ class LogReader:
         self._subscribers: set[Subscriber] = set()
         self._wake = asyncio.Event()
         self._force = False
-        #: The reader's own connection (its data_version is the one polled) and the catch-up pool.
-        self._follower: ActivityReader | None = None
-        self._pages: ReaderPool | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="taskloom-logreader")
+        self._conn: sqlite3.Connection | None = None
+        self._data_version: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        follower = self._follower = await self.store.open_reader()
-        try:
-            self._pages = await ReaderPool.open(self.store.open_reader)
-            # The head notes its snapshot's data_version: a later commit is seen by the first poll.
-            self.position = await follower.head()
-        except BaseException:
-            await self.stop()
-            raise
+        loop = asyncio.get_running_loop()
+        self.position = await loop.run_in_executor(self._executor, self._open, self.store.path)
         self.store.add_commit_listener(self.notify)
         self._task = asyncio.create_task(self._run(), name="taskloom-logreader")
 
@@ -83,18 +163,20 @@ class LogReader:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        # Each connection finishes the reads already queued on it, then its thread ends.
-        for closing in (self._pages, self._follower):
-            if closing is not None:
-                await closing.close()
-        self._pages = self._follower = None
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close)
+        self._executor.shutdown(wait=True)
         self._subscribers.clear()
 
-    async def fetch_after(self, revision: int, limit: int) -> Page:
-        """A stream's own read of the log (replay, catch-up), on the catch-up connections."""
-        if self._pages is None:
-            raise RuntimeError("the log reader is not running")
-        return await self._pages.fetch_after(revision, limit)
+    def _open(self, path: Path) -> int:
+        self._conn = connect(path)
+        self._data_version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        return activities.head(self._conn)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     # -- fan-out --------------------------------------------------------------------------------
 
@@ -140,6 +222,7 @@ class LogReader:
     # -- the loop -------------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             if not self._wake.is_set():
                 try:
@@ -150,11 +233,12 @@ class LogReader:
             self._wake.clear()
             force, self._force = self._force, False
             try:
-                page = await self._read(self.position, force, bool(self._subscribers))
+                page = await loop.run_in_executor(
+                    self._executor, self._read, self.position, force, bool(self._subscribers)
+                )
             except Exception:
                 log.exception("log_read_failed", position=self.position)
-                if self._follower is not None:
-                    self._follower.forget()  # read again next time whatever data_version says
+                self._data_version = None  # read again next time whatever data_version says
                 self.fail_subscribers()
                 await asyncio.sleep(RETRY_AFTER_FAILURE)
                 continue
@@ -166,20 +250,26 @@ class LogReader:
                 self._force = True
                 self._wake.set()
 
-    async def _read(self, position: int, force: bool, fan_out: bool) -> Page | None:
-        """Nothing when no commit happened, else the rows after ``position`` (one statement each)."""
-        follower = self._follower
-        assert follower is not None
-        # A commit listener's wake reads at once, in one statement: the page notes the
-        # data_version of its own snapshot, so a commit it did not see still counts as a change.
-        if not force and not await follower.changed():
+    def _read(self, position: int, force: bool, fan_out: bool) -> Page | None:
+        """On the reader's thread: nothing when no commit happened, else the rows after ``position``."""
+        conn = self._conn
+        assert conn is not None
+        # Read data_version before the snapshot: a commit that lands in between is read now and
+        # changes data_version again, so at worst we read once more for nothing, never miss one.
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if not force and version == self._data_version:
             return None
-        if not fan_out:
-            # Nobody is live: only the head moves. A stream joining meanwhile sees the page
-            # marked incomplete and reads the gap itself.
-            end = max(await follower.head(), position)
-            return Page(position, end, (), complete=False) if end > position else None
-        page = await follower.fetch_after(position, LIVE_PAGE)
+        self._data_version = version
+        conn.execute("BEGIN")
+        try:
+            if not fan_out:
+                # Nobody is live: only the head moves. A stream joining meanwhile sees the page
+                # marked incomplete and reads the gap itself.
+                end = max(activities.head(conn), position)
+                return Page(position, end, (), complete=False) if end > position else None
+            page = read_page(conn, position, LIVE_PAGE)
+        finally:
+            conn.execute("COMMIT")
         self.reads += 1
         self.rows_read += len(page.frames)
         return page if page.end > position else None

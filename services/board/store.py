@@ -35,8 +35,6 @@ from shared.errors import ERROR_STATUS, TaskloomError
 from shared.events import EVENT_SET
 from shared.timestamps import format_timestamp
 
-from .readers import ActivityReader
-
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -436,10 +434,6 @@ class SqliteStore:
     async def query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, functools.partial(self.run_query, fn, *args, **kwargs))
-
-    async def open_reader(self) -> ActivityReader:
-        """A read connection to the log on the asynchronous side (aiosqlite); the caller closes it."""
-        return await ActivityReader.open(self.path, busy_timeout_ms=self.busy_timeout_ms)
 
     # -- the writer thread ----------------------------------------------------------------------
 

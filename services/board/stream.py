@@ -25,7 +25,7 @@ from aiohttp import web
 
 from shared.sse import PING, encode_id_only, encode_named, encode_retry
 
-from .logreader import Frame, LogReader, Page
+from .logreader import Frame, LogReader, Page, read_page
 from .store import SqliteStore
 
 log = structlog.get_logger("taskd.stream")
@@ -284,7 +284,7 @@ class Stream:
                 self.reader.subscribe(self)
                 return
             try:
-                page = await self.reader.fetch_after(self.position, REPLAY_PAGE)
+                page = await self.store.query(read_page, self.position, REPLAY_PAGE)
             except Exception as exc:
                 log.warning("stream_read_failed", position=self.position, error=str(exc))
                 raise ReadFailed from exc
