@@ -20,10 +20,9 @@ from shared import hub_protocol as hp
 from shared.limits import SSE_MAX_LINE
 from shared.sse import SSEMessage, SSEParser, SSEProtocolError
 
-log = structlog.get_logger("taskhub")
+from .settings import READ_TIMEOUT  # re-exported: the deadline is a settings default
 
-#: Without a byte for this long (the board pings every 15 s) the connection is presumed dead.
-READ_TIMEOUT = 45.0
+log = structlog.get_logger("taskhub")
 
 _RESET_FOR_ERROR = {
     "CURSOR_AHEAD": hp.RESET_BOARD_CURSOR_AHEAD,
