@@ -66,6 +66,8 @@ class Knob:
         """The default as the docs write it."""
         if self.default_text is not None:
             return self.default_text
+        if self.required:
+            return "required"
         value = self.default
         if self.is_flag:  # off: the flag is not given
             return "on" if value == (True if self.flag_value is None else self.flag_value) else "off"

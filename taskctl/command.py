@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 import click
 
+from shared import limits
+
 from .context import Actor, Board, BoardHttp, TaskctlError, resolve_actor, resolve_board
 from .output import Output
 
@@ -205,7 +207,7 @@ class TaskRef(click.ParamType):
         try:
             board = resolve_board(autostart=False)
             with BoardHttp(board, timeout=1.0) as http:
-                page = http.call("GET", API + "/tasks", query={"limit": 1000})
+                page = http.call("GET", API + "/tasks", query={"limit": limits.PAGE_LIMIT_MAX})
         except Exception:
             return []
         wanted = incomplete.upper()

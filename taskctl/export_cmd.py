@@ -28,6 +28,7 @@ from typing import Any
 import click
 
 from shared import hub_protocol as hp
+from shared import limits
 
 from .command import REF, command, current, drop_none, read_text
 from .context import Board, BoardHttp, TaskctlError, paginate, redact
@@ -37,7 +38,7 @@ DEFAULT_OUT = "taskloom-export"
 #: SPEC §10: ``--check`` found a missing or different file.
 EXIT_DIFFERENCES = 3
 #: Tasks per ``GET /api/v1/tasks`` page (the API's maximum).
-PAGE_LIMIT = 1000
+PAGE_LIMIT = limits.PAGE_LIMIT_MAX
 #: What a card identifier looks like; anything else could name a path outside DIR.
 _IDENTIFIER = re.compile(r"[A-Z0-9][A-Z0-9-]*-[0-9]+")
 
