@@ -112,7 +112,8 @@ def table(*parts: Knob | type) -> tuple[Knob, ...]:
     for part in parts:
         rows.extend((part,) if isinstance(part, Knob) else field_knobs(part))
     names = [row.name for row in rows]
-    assert len(set(names)) == len(names), f"a knob is declared twice: {names}"
+    if len(set(names)) != len(names):
+        raise ValueError(f"a knob is declared twice: {names}")
     return tuple(rows)
 
 

@@ -19,9 +19,15 @@ import click
 import pytest
 
 from services.board.cli import main as taskd_main
+from services.board.settings import SERVE_KNOBS as BOARD_KNOBS
+from services.board.settings import ActorParam
+from services.board.store import Actor
 from services.hub import client as hub_client
 from services.hub.cli import main as taskhub_main
 from services.hub.pointer import pid_alive, read_pointer
+from services.hub.settings import SERVE_KNOBS as HUB_KNOBS
+from services.subscriber.settings import SUBSCRIBE_KNOBS
+from shared.knobs import Knob
 from taskctl import loop_cmd
 from tests.support.board import RunningBoard, start_board
 
@@ -131,3 +137,35 @@ def test_the_hub_port_comes_from_its_own_variable(monkeypatch: pytest.MonkeyPatc
     assert board_port and board_port[0].startswith("TASKLOOM_BOARD_")
     assert parsed(BOARD, {board_port[0]: "7998"}, monkeypatch)["port"] == 7998
     assert parsed(HUB, {board_port[0]: "7998"}, monkeypatch)["port"] == 0
+
+
+def sample(knob: Knob) -> tuple[str, Any]:
+    """A valid value other than the default for ``knob``: (the variable's text, what it parses to)."""
+    if "/" in knob.option:
+        return "1", True
+    if isinstance(knob.type, click.Path):
+        return "/srv/elsewhere", Path("/srv/elsewhere")
+    if knob.multiple:
+        return "one.example two.example", ("one.example", "two.example")
+    if isinstance(knob.type, ActorParam):
+        return "codex:w9", Actor("codex", "w9")
+    if isinstance(knob.type, click.IntRange):
+        value = max(int(knob.type.min or 0), int(knob.default or 0)) + 3
+        return str(value), value
+    if isinstance(knob.type, click.FloatRange):
+        number = max(float(knob.type.min or 0), float(knob.default or 0)) + 0.5
+        return str(number), number
+    return "elsewhere", "elsewhere"
+
+
+TABLES = {"board": (BOARD, BOARD_KNOBS), "hub": (HUB, HUB_KNOBS), "subscriber": (SUBSCRIBER, SUBSCRIBE_KNOBS)}
+
+
+@pytest.mark.parametrize("process", TABLES)
+def test_every_variable_of_a_table_reaches_its_option(process: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    command, table = TABLES[process]
+    for knob in table:
+        if knob.env is None or knob.env == "TASKLOOM_URL":  # --board is given on this command line
+            continue
+        text, value = sample(knob)
+        assert parsed(command, {knob.env: text}, monkeypatch)[knob.name] == value, knob.env
