@@ -58,6 +58,9 @@ COMMENT_MAX_CHARS: Final = 64 * KIB
 REPORT_MAX_BYTES: Final = 256 * KIB
 #: Reasons (steal, move, reopen, waive, prune, override) are written into the activity row.
 REASON_MAX_CHARS: Final = 1000
+#: A list page: ``limit`` 1–1000, 100 when not given (SPEC §5, keyset pagination).
+PAGE_LIMIT_MAX: Final = 1000
+PAGE_LIMIT_DEFAULT: Final = 100
 #: An explicit idempotency key; a derived one longer than this is shortened to a digest.
 IDEM_MAX_CHARS: Final = 512
 #: Actor names (headers, assignee/reporter, session owners).

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 BOARD_POINTER = "board.json"
+#: Where ``taskd serve`` listens unless told otherwise (and where ``loop install`` points the units).
+BOARD_PORT = 7431
 
 
 def runtime_dir(environ: Mapping[str, str], home: Path, *, windows: bool = False) -> Path:

@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from shared import limits
+
 from .command import REF, command, current, drop_none
 from .render import ACTIVITY_COLUMNS, next_cursor
 
@@ -22,7 +24,8 @@ def activity() -> None:
 @click.option("--by", "actor_filter", metavar="ACTOR_ID", help="Only rows written by this actor id.")
 @click.option("--after", type=click.IntRange(min=0), metavar="REVISION", help="Only rows with a revision above this.")
 @click.option("--order", type=click.Choice(("asc", "desc")), default="asc", show_default=True)
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Page size.")
+@click.option("--limit", type=click.IntRange(1, limits.PAGE_LIMIT_MAX), default=limits.PAGE_LIMIT_DEFAULT, show_default=True,
+              help="Page size.")
 @click.option("--cursor", help="Continue from a previous page's next cursor.")
 def list_(project: str | None, task: str | None, events: tuple[str, ...], actor_filter: str | None,
           after: int | None, order: str, limit: int, cursor: str | None) -> None:

@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 import click
 
+from shared import limits
+
 from .actors import Actor, resolve_actor
 from .discovery import Board, resolve_board
 from .errors import TaskctlError
@@ -208,7 +210,7 @@ class TaskRef(click.ParamType):
         try:
             board = resolve_board(autostart=False)
             with BoardHttp(board, timeout=1.0) as http:
-                page = http.call("GET", API + "/tasks", query={"limit": 1000})
+                page = http.call("GET", API + "/tasks", query={"limit": limits.PAGE_LIMIT_MAX})
         except Exception:
             return []
         wanted = incomplete.upper()

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from services.board import domain
+from shared import limits
 
 from .command import REF, command, current, drop_none, text_or_file
 from .http import paginate
@@ -46,7 +47,8 @@ def add(ref: str, text: str | None, source: str | None, kind: str | None) -> Non
 
 @command(comment, "list")
 @click.argument("ref", type=REF)
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Page size.")
+@click.option("--limit", type=click.IntRange(1, limits.PAGE_LIMIT_MAX), default=limits.PAGE_LIMIT_DEFAULT, show_default=True,
+              help="Page size.")
 @click.option("--cursor", help="Continue from a previous page's next cursor.")
 @click.option("--all", "all_pages", is_flag=True, help="Follow the cursor through every page.")
 def list_(ref: str, limit: int, cursor: str | None, all_pages: bool) -> None:

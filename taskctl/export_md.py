@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from shared import limits
+
 from .errors import TaskctlError
 
 #: Where ``export md`` writes when ``--out`` is not given (relative to the working directory).
@@ -21,7 +23,7 @@ DEFAULT_OUT = "taskloom-export"
 #: SPEC §10: ``--check`` found a missing or different file.
 EXIT_DIFFERENCES = 3
 #: Tasks per ``GET /api/v1/tasks`` page (the API's maximum).
-PAGE_LIMIT = 1000
+PAGE_LIMIT = limits.PAGE_LIMIT_MAX
 #: What a card identifier looks like; anything else could name a path outside DIR.
 _IDENTIFIER = re.compile(r"[A-Z0-9][A-Z0-9-]*-[0-9]+")
 

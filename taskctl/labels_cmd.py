@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from shared import limits
+
 from .command import command, current, drop_none, global_options
 from .http import paginate
 from .output import Column
@@ -42,7 +44,8 @@ def labels() -> None:
 @command(labels, "list")
 @click.option("-p", "--project", envvar="TASKLOOM_PROJECT", help="Project id (default: TASKLOOM_PROJECT).")
 @click.option("--archived", is_flag=True, help="Include archived labels.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Page size.")
+@click.option("--limit", type=click.IntRange(1, limits.PAGE_LIMIT_MAX), default=limits.PAGE_LIMIT_DEFAULT, show_default=True,
+              help="Page size.")
 @click.option("--cursor", help="Continue from a previous page's next cursor.")
 @click.option("--all", "all_pages", is_flag=True, help="Follow the cursor through every page.")
 def list_labels(project: str | None, archived: bool, limit: int, cursor: str | None, all_pages: bool) -> None:
@@ -79,7 +82,8 @@ def gc(project: str | None, ttl_days: int | None, dry_run: bool) -> None:
 
 @click.command("actors")
 @click.option("--kind", help="Only actors of this kind (human, or a platform name).")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Page size.")
+@click.option("--limit", type=click.IntRange(1, limits.PAGE_LIMIT_MAX), default=limits.PAGE_LIMIT_DEFAULT, show_default=True,
+              help="Page size.")
 @click.option("--cursor", help="Continue from a previous page's next cursor.")
 @click.option("--all", "all_pages", is_flag=True, help="Follow the cursor through every page.")
 @global_options

@@ -21,20 +21,22 @@ from typing import Any
 
 import click
 
-from services.subscriber import coalesce
+from services.subscriber import settings as subscriber_settings
 from shared import hub_protocol as hp
+from shared import knobs
+from shared.paths import BOARD_PORT
 
 from .command import command, current
 from .discovery import current_token, default_data_dir, normalise_url
 from .errors import TaskctlError
 
 #: Where the loop's files live unless ``--state-dir`` says otherwise: ``<data_dir>/loop``.
-STATE_DIR_ENV = "TASKLOOM_LOOP_STATE_DIR"
+STATE_DIR_ENV = subscriber_settings.STATE_DIR_ENV
 #: Held for the subscriber's whole life: one subscriber per state directory.
 SUBSCRIBE_LOCK = "subscribe.lock"
 #: ``loop status`` exit code when nothing runs (LSB ``status`` uses 3 for "not running" too).
 EXIT_NOT_RUNNING = 3
-DEFAULT_PORT = 7431
+DEFAULT_PORT = BOARD_PORT
 #: Service units are read by the user's supervisor; they name paths and commands, never a secret.
 UNIT_FILE_MODE = 0o644
 
@@ -64,80 +66,20 @@ def loop() -> None:
 
 # -- subscribe -----------------------------------------------------------------------------------
 
-STATE_DIR_OPTION = click.option(
-    "--state-dir", type=click.Path(file_okay=False, path_type=Path),
-    help=f"The loop's state directory (default: ${STATE_DIR_ENV}, else <data dir>/loop).",
-)
-
-
-def _interval(name: str, default: float, help_text: str, *, minimum: float = 0.0, strict: bool = False) -> Any:
-    return click.option(
-        f"--{name}", type=click.FloatRange(min=minimum, min_open=strict), default=default, show_default=True,
-        hidden=True, envvar=f"TASKLOOM_LOOP_{name.upper().replace('-', '_')}", help=help_text,
-    )
-
-
-def _agents(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    from services.subscriber.units import split_agents
-
-    names = split_agents(value)
-    if not names:
-        raise click.BadParameter("name at least one agent id (--agent NAME, repeatable)", ctx, param)
-    return names
-
-
-def _on_wake(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if not value.strip():
-        raise click.BadParameter("the command must not be empty", ctx, param)
-    if "\0" in value:
-        raise click.BadParameter("the command must not hold a NUL byte", ctx, param)
-    return value
-
-
-def _director(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and not value.strip():
-        raise click.BadParameter("the director id must not be empty", ctx, param)
-    return value.strip() if value else None
+STATE_DIR_OPTION = knobs.click_option(subscriber_settings.STATE_DIR)
 
 
 @command(loop, "subscribe")
-@click.option("--agent", "agents", multiple=True, required=True, callback=_agents, metavar="NAME",
-              help="This loop's agent id (repeat, or a comma list); its own writes do not wake it.")
-@click.option("--director", callback=_director, metavar="NAME",
-              help="The decision lane's actor id: its only waking write is an in_progress → todo release.")
-@click.option("--on-wake", "on_wake", required=True, callback=_on_wake, metavar="CMD",
-              help="Shell command run as a continue turn, with TASKLOOM_WAKE_REVISION and TASKLOOM_WAKE_EVENTS set.")
-@STATE_DIR_OPTION
-@click.option("--no-start-hub", "start_hub", is_flag=True, default=True, flag_value=False,
-              help="Wait for a hub someone else runs (a supervised taskhub) instead of starting one.")
-@click.option("-v", "--verbose", is_flag=True, help="Also log every ignored event.")
-@_interval("debounce", coalesce.DEBOUNCE, "Quiet time before a turn, seconds.")
-@_interval("max-wait", coalesce.MAX_WAIT, "Longest a wake waits for quiet, seconds.")
-@_interval("min-interval", coalesce.MIN_INTERVAL, "At most one event-triggered turn per this many seconds.")
-@_interval("lock-retry", coalesce.LOCK_RETRY, "Retry delay when continue.lock is held, seconds.")
-@_interval("reconnect-min", hp.RECONNECT_MIN, "First step of the hub reconnect ladder, seconds.", strict=True)
-@_interval("reconnect-max", hp.RECONNECT_MAX, "Last step of the hub reconnect ladder, seconds.", strict=True)
-@_interval("silence-timeout", 3 * hp.HEARTBEAT_INTERVAL, "Reconnect after this long without a hub record.", strict=True)
-# The two below mirror runner.STATE_FLUSH and runner.STOP_GRACE (runner pulls in asyncio and
-# structlog, which `loop status` should not pay for); tests/subscriber check they agree.
-@_interval("state-flush", 1.0, "Write the cursor to the state file at most this often, seconds.", strict=True)
-@_interval("stop-grace", 10.0, "On SIGTERM, how long a running turn may finish, seconds.")
+@knobs.options(subscriber_settings.SUBSCRIBE_KNOBS)
 def subscribe(
+    *,
     agents: tuple[str, ...],
     director: str | None,
     on_wake: str,
     state_dir: Path | None,
     start_hub: bool,
     verbose: bool,
-    debounce: float,
-    max_wait: float,
-    min_interval: float,
-    lock_retry: float,
-    reconnect_min: float,
-    reconnect_max: float,
-    silence_timeout: float,
-    state_flush: float,
-    stop_grace: float,
+    **params: Any,
 ) -> None:
     """Follow the board through the local hub and run CMD when work becomes actionable.
 
@@ -152,18 +94,14 @@ def subscribe(
     from services.subscriber import state as st
     from services.subscriber.classify import LoopIdentity
     from services.subscriber.process import configure_logging
-    from services.subscriber.runner import Subscriber, Timing
+    from services.subscriber.runner import Subscriber
     from services.subscriber.turns import TurnRunner
 
     if director is not None and director in agents:
         raise click.BadParameter("the director must not also be one of this loop's --agent ids",
                                  param_hint="--director")
     try:
-        timing = Timing(
-            debounce=debounce, max_wait=max_wait, min_interval=min_interval, lock_retry=lock_retry,
-            reconnect_min=reconnect_min, reconnect_max=reconnect_max, silence_timeout=silence_timeout,
-            state_flush=state_flush, stop_grace=stop_grace,
-        )
+        timing = subscriber_settings.Timing(**knobs.settings_values(subscriber_settings.Timing, params))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     inv = current()
@@ -368,10 +306,10 @@ def _next_steps(supervisor: str, target: Path, names: list[str], *, install: boo
 
 @command(loop, "install")
 @SUPERVISOR_OPTION
-@click.option("--agent", "agents", multiple=True, required=True, callback=_agents, metavar="NAME",
+@click.option("--agent", "agents", multiple=True, required=True, callback=subscriber_settings.check_agents, metavar="NAME",
               help="The subscriber's agent id (repeat, or a comma list).")
-@click.option("--director", callback=_director, metavar="NAME", help="The decision lane's actor id.")
-@click.option("--on-wake", "on_wake", required=True, callback=_on_wake, metavar="CMD",
+@click.option("--director", callback=subscriber_settings.check_director, metavar="NAME", help="The decision lane's actor id.")
+@click.option("--on-wake", "on_wake", required=True, callback=subscriber_settings.check_on_wake, metavar="CMD",
               help="The subscriber's continue-turn command.")
 @STATE_DIR_OPTION
 @click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,

@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from shared import limits
+
 from .command import REF, command, current, drop_none, text_or_file
 from .output import Column
 from .render import short_time, who
@@ -61,7 +63,8 @@ def write(ref: str, source: str) -> None:
 def list_(ref: str, round_: int | None, full: bool) -> None:
     """List a task's reports, oldest first."""
     inv = current()
-    page: dict[str, Any] = inv.call("GET", f"/tasks/{ref}/reports", query=drop_none({"round": round_, "limit": 1000}))
+    query = drop_none({"round": round_, "limit": limits.PAGE_LIMIT_MAX})
+    page: dict[str, Any] = inv.call("GET", f"/tasks/{ref}/reports", query=query)
 
     def human(page: dict[str, Any]) -> None:
         if not full:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from services.board import domain
+from shared import limits
 
 from .command import REF, Invocation, actor_ref, command, current, drop_none, json_object, read_text, text_or_file
 from .http import paginate
@@ -103,7 +104,8 @@ def create(title: str, project: str | None, description: str | None, description
 @click.option("-l", "--label", help="Only tasks carrying this label.")
 @click.option("-k", "--kind", type=click.Choice(domain.KINDS))
 @click.option("--archived", is_flag=True, help="Include archived tasks.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Page size.")
+@click.option("--limit", type=click.IntRange(1, limits.PAGE_LIMIT_MAX), default=limits.PAGE_LIMIT_DEFAULT, show_default=True,
+              help="Page size.")
 @click.option("--cursor", help="Continue from a previous page's next cursor.")
 @click.option("--all", "all_pages", is_flag=True, help="Follow the cursor through every page.")
 def list_(project: str | None, statuses: tuple[str, ...], assignee: str | None, mine: bool, label: str | None,
@@ -322,7 +324,7 @@ def candidates(project: str | None, label: str | None, limit: int) -> None:
     """Todo tasks you could claim now, most urgent first."""
     inv = current()
     me = inv.who()
-    query = drop_none({"project": project, "status": ["todo"], "label": label, "limit": 1000})
+    query = drop_none({"project": project, "status": ["todo"], "label": label, "limit": limits.PAGE_LIMIT_MAX})
     ranked = rank_candidates(list(paginate(inv.http(), "/api/v1/tasks", query)), me.kind, me.id)[:limit]
     inv.out.result({"items": ranked, "next_cursor": None},
                    lambda page: inv.out.table(page["items"], TASK_COLUMNS, empty=f"nothing for {me} to claim"))

@@ -12,12 +12,12 @@ from typing import Any
 import orjson
 
 from shared.errors import validation
-from shared.limits import MAX_CHANGES_BYTES
+from shared.limits import MAX_CHANGES_BYTES, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 
 ACTIVITY_COLUMNS = "id, task_id, project_id, actor_kind, actor_id, event, changes_json, revision, created_at"
 REPLAY_PAGE = 500
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
+DEFAULT_LIMIT = PAGE_LIMIT_DEFAULT
+MAX_LIMIT = PAGE_LIMIT_MAX
 
 
 def _changes(text: str) -> Any:

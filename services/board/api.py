@@ -164,7 +164,8 @@ def check_query(query: Mapping[str, str], schema: Schema) -> dict[str, Any]:
 
 
 LIST_QUERY: Schema = {
-    "limit": F("int", minimum=1, maximum=1000, description="page size, 1–1000 (default 100)"),
+    "limit": F("int", minimum=1, maximum=limits.PAGE_LIMIT_MAX,
+               description=f"page size, 1–{limits.PAGE_LIMIT_MAX} (default {limits.PAGE_LIMIT_DEFAULT})"),
     "cursor": F("str", description="opaque cursor from next_cursor"),
 }
 

@@ -9,22 +9,24 @@ import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 import structlog
 from aiohttp import web
 
+from shared import knobs
 from shared.paths import BOARD_POINTER, runtime_dir
 from shared.paths import data_dir as default_data_dir
 
-from . import auth
-from .app import CREDENTIALS, STORE, BoardSettings, create_app
+from .app import CREDENTIALS, STORE, create_app
 from .connections import BoardRunner, ConnectionLimits, listen_backlog
 from .descriptors import raise_nofile_limit, reserve_within
 from .files import NotOwned, ensure_private_dir, restrict_umask, tighten
 from .lock import LOCK_FILE, DataDirBusy, DataDirLock
 from .pointer import remove_pointer_if_mine, write_pointer
 from .process import ShutdownSignals, configure_logging, exit_forced
+from .settings import SERVE_KNOBS, BoardSettings
 from .store import SchemaDamaged, SchemaTooNew, migrate, verify_triggers
 
 #: What the board keeps in its data directory, made owner-only at every start (docs/security.md).
@@ -163,67 +165,22 @@ def check_schema(settings: BoardSettings, *, repair: bool) -> None:
         click.echo(f"Recreated {len(repaired)} missing trigger(s): {', '.join(repaired)}", err=True)
 
 
-@click.group(context_settings={"auto_envvar_prefix": "TASKLOOM", "help_option_names": ["-h", "--help"]})
+# No auto_envvar_prefix: the variables are the table's, spelled out (services/board/settings.py).
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Taskloom board: HTTP API, web UI and live event stream over one SQLite file."""
 
 
 @main.command("serve")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
-@click.option("--port", default=7431, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help="Where board.sqlite and the token live.")
-@click.option("--allow-host", multiple=True, help="Extra Host header name to accept (DNS-rebinding guard).")
-@click.option("--ping-interval", default=15.0, show_default=True, type=click.FloatRange(min=0.01), help="Seconds between SSE pings.")
-@click.option("--max-streams", default=1024, show_default=True, type=click.IntRange(min=1))
-@click.option("--stream-lifetime", type=click.FloatRange(min=0.01), help="End each SSE stream after this many seconds.")
-@click.option("--idle-timeout", default=BoardSettings.idle_timeout, show_default=True, type=click.FloatRange(min=0.01),
-              help="Close a keep-alive connection idle this many seconds.")
-@click.option("--header-timeout", default=BoardSettings.header_timeout, show_default=True,
-              type=click.FloatRange(min=0.01), help="Seconds a request head may take from its first byte.")
-@click.option("--body-timeout", default=BoardSettings.body_timeout, show_default=True, type=click.FloatRange(min=0.01),
-              help="Seconds a request body may go without progress.")
-@click.option("--descriptor-reserve", default=BoardSettings.descriptor_reserve, show_default=True,
-              type=click.IntRange(min=8), help="File descriptors kept for /health and ordinary requests.")
-@click.option("--repair-schema", is_flag=True, help="Recreate triggers the migrations define that the file lacks, then serve.")
-@click.option("--session-idle", default=auth.SESSION_IDLE_SECONDS, show_default=True, type=click.FloatRange(min=1),
-              help="Seconds a browser session may go unused before the board refuses it.")
-@click.option("--session-max-age", default=auth.SESSION_ABSOLUTE_SECONDS, show_default=True,
-              type=click.FloatRange(min=1), help="Seconds after its login that any browser session ends.")
-def serve_command(
-    host: str,
-    port: int,
-    data_dir: Path | None,
-    allow_host: tuple[str, ...],
-    ping_interval: float,
-    max_streams: int,
-    stream_lifetime: float | None,
-    idle_timeout: float,
-    header_timeout: float,
-    body_timeout: float,
-    descriptor_reserve: int,
-    repair_schema: bool,
-    session_idle: float,
-    session_max_age: float,
-) -> None:
+@knobs.options(SERVE_KNOBS)
+def serve_command(*, data_dir: Path | None, repair_schema: bool, **params: Any) -> None:
     """Run the board until SIGINT or SIGTERM."""
     # Lines on stdout, banner and login link on stderr (docs/operations.md); JSON off a terminal.
     configure_logging(sys.stdout, json=not sys.stderr.isatty())
     directory = (data_dir or default_data_dir(os.environ, Path.home(), platform=sys.platform)).absolute()
-    settings = BoardSettings(
-        data_dir=directory,
-        host=host,
-        port=port,
-        allowed_hosts=allow_host,
-        ping_interval=ping_interval,
-        max_streams=max_streams,
-        stream_lifetime=stream_lifetime,
-        idle_timeout=idle_timeout,
-        header_timeout=header_timeout,
-        body_timeout=body_timeout,
-        descriptor_reserve=raise_open_file_limit(reserve=descriptor_reserve),
-        session_idle_seconds=session_idle,
-        session_absolute_seconds=session_max_age,
-    )
+    values = knobs.settings_values(BoardSettings, params)
+    values["descriptor_reserve"] = raise_open_file_limit(reserve=values["descriptor_reserve"])
+    settings = BoardSettings(data_dir=directory, **values)
     try:
         import uvloop
 

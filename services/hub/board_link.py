@@ -25,14 +25,12 @@ from shared.limits import SSE_MAX_LINE
 from shared.sse import SSEMessage, SSEParser, SSEProtocolError
 
 from .process import Backoff
+from .settings import READ_TIMEOUT  # re-exported: the deadline is a settings default
 
 log = structlog.get_logger("taskhub")
 
 #: The board's answer to a token it does not take (RFC 9110 §15.5.2).
 HTTP_UNAUTHORIZED = 401
-
-#: Without a byte for this long (the board pings every 15 s) the connection is presumed dead.
-READ_TIMEOUT = 45.0
 
 _RESET_FOR_ERROR = {
     "CURSOR_AHEAD": hp.RESET_BOARD_CURSOR_AHEAD,

@@ -19,12 +19,13 @@ import sys
 import time
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 import structlog
 
 from shared import hub_protocol as hp
+from shared import knobs
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
 from .client import EXIT_UNAUTHORIZED
@@ -39,7 +40,8 @@ from .pointer import (
     write_json_atomic,
 )
 from .process import ShutdownSignals, configure_logging, exit_forced
-from .server import Hub, HubSettings
+from .server import Hub
+from .settings import SERVE_KNOBS, HubSettings
 
 #: Where a spawning client puts the board token (SPEC §7.1: environment, never argv).
 TOKEN_ENV = "TASKLOOM_TOKEN"
@@ -188,53 +190,17 @@ async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock, *, log_fi
     return status
 
 
-@click.group(context_settings={"auto_envvar_prefix": "TASKLOOM", "help_option_names": ["-h", "--help"]})
+# No auto_envvar_prefix: the variables are the table's, spelled out (services/hub/settings.py),
+# so a hub spawned with a caller's environment never reads the board's.
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Taskloom hub: one board stream fanned out to local NDJSON clients on 127.0.0.1."""
 
 
 @main.command("serve")
-@click.option("--board", "board_url", required=True, envvar="TASKLOOM_URL", help="The board's URL.")
-@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
-              help=f"Read the board token here (default: ${TOKEN_ENV}, then the board's token file).")
-@click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535), help="Local port; 0 picks one.")
-@click.option("--idle-exit", default=hp.IDLE_EXIT, show_default=True, type=click.FloatRange(min=0),
-              envvar="TASKLOOM_HUB_IDLE_EXIT", help="Exit after this many seconds without clients; 0 never.")
-@click.option("--hello-timeout", default=hp.HELLO_TIMEOUT, type=click.FloatRange(min=0.01), hidden=True,
-              envvar="TASKLOOM_HUB_HELLO_TIMEOUT")
-@click.option("--heartbeat", default=hp.HEARTBEAT_INTERVAL, type=click.FloatRange(min=0.01), hidden=True,
-              envvar="TASKLOOM_HUB_HEARTBEAT")
-@click.option("--reconnect-min", default=hp.RECONNECT_MIN, type=click.FloatRange(min=0.01), hidden=True,
-              envvar="TASKLOOM_HUB_RECONNECT_MIN")
-@click.option("--reconnect-max", default=hp.RECONNECT_MAX, type=click.FloatRange(min=0.01), hidden=True,
-              envvar="TASKLOOM_HUB_RECONNECT_MAX")
-@click.option("--ring-size", default=hp.RING_SIZE, type=click.IntRange(min=1), hidden=True,
-              envvar="TASKLOOM_HUB_RING_SIZE")
-@click.option("--refresh-debounce", default=hp.REFRESH_DEBOUNCE, type=click.FloatRange(min=0), hidden=True,
-              envvar="TASKLOOM_HUB_REFRESH_DEBOUNCE")
-@click.option("--refresh-max-wait", default=hp.REFRESH_MAX_WAIT, type=click.FloatRange(min=0), hidden=True,
-              envvar="TASKLOOM_HUB_REFRESH_MAX_WAIT")
-@click.option("--refresh-floor", default=hp.REFRESH_FLOOR, type=click.FloatRange(min=0), hidden=True,
-              envvar="TASKLOOM_HUB_REFRESH_FLOOR")
-@click.option("--log-stderr/--no-log-stderr", default=None,
-              help="Log JSON lines to stderr (a supervisor's journal) instead of hub-<key>.log "
-                   "[default: stderr when it is not a terminal].")
-@click.option("--lock-fd", type=int, hidden=True, help="The owner lock, locked and passed down by the starter.")
+@knobs.options(SERVE_KNOBS)
 def serve_command(
-    board_url: str,
-    token_file: Path | None,
-    port: int,
-    idle_exit: float,
-    hello_timeout: float,
-    heartbeat: float,
-    reconnect_min: float,
-    reconnect_max: float,
-    ring_size: int,
-    refresh_debounce: float,
-    refresh_max_wait: float,
-    refresh_floor: float,
-    log_stderr: bool | None,
-    lock_fd: int | None,
+    *, board_url: str, token_file: Path | None, log_stderr: bool | None, lock_fd: int | None, **params: Any
 ) -> None:
     """Serve until SIGINT/SIGTERM or the idle exit (for supervisors: pass --idle-exit 0)."""
     try:
@@ -261,21 +227,14 @@ def serve_command(
     adopted = adopt_registrations(files, resolved)
     if adopted is not None:
         log.info("registrations_adopted", source=str(adopted), path=str(files.registrations))
+    values = knobs.settings_values(HubSettings, params)
+    values["reconnect_max"] = max(values["reconnect_min"], values["reconnect_max"])
     settings = HubSettings(
         board_url=board_url,
         board_token=token,
-        port=port,
-        idle_exit=idle_exit,
-        hello_timeout=hello_timeout,
-        heartbeat_interval=heartbeat,
-        reconnect_min=reconnect_min,
-        reconnect_max=max(reconnect_min, reconnect_max),
-        ring_size=ring_size,
-        refresh_debounce=refresh_debounce,
-        refresh_max_wait=refresh_max_wait,
-        refresh_floor=refresh_floor,
         registrations_path=files.registrations,
         protected_dirs=protected_dirs(board_url, runtime),
+        **values,
     )
     log.info("hub_starting", pid=os.getpid(), board=resolved, key=files.key, protocol=hp.HUB_PROTOCOL)
     try:

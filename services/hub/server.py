@@ -30,26 +30,24 @@ import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import structlog
 
 from shared import hub_protocol as hp
-from shared.ndjson import MAX_LINE, encode_line
+from shared.ndjson import encode_line
 
-from .board_link import READ_TIMEOUT, BoardLink
+from .board_link import BoardLink
 from .protocol import Close, Request, Send, Session
 from .registrations import Refused, Registrations, Watcher, WatchSettings
 from .ring import Ring
+from .settings import MAX_PENDING as MAX_PENDING  # re-exported: long imported from here
+from .settings import HubSettings
 
 log = structlog.get_logger("taskhub")
 
 #: Bytes asked of the socket per read.
 READ_CHUNK = 64 * 1024
-#: A follower's outbox holds at most this many lines before it leaves the live fan-out.
-MAX_PENDING = 1024
 #: Lines the catch-up copies from the ring per step, so one follower cannot hog the loop.
 CATCH_UP_BATCH = 512
 #: How long a closing session may take to hand its last lines to the peer, seconds.
@@ -67,34 +65,6 @@ KEEPALIVE_COUNT = 3
 #: Heartbeat interval once a follower has half-closed, seconds: a write is the only way to learn
 #: whether the peer is still there (data after a close is answered with RST, RFC 1122 §4.2.2.13).
 HALF_CLOSED_PROBE = 1.0
-
-
-@dataclass(frozen=True)
-class HubSettings:
-    board_url: str
-    board_token: str = field(repr=False)
-    host: str = "127.0.0.1"
-    port: int = 0
-    hello_timeout: float = hp.HELLO_TIMEOUT
-    heartbeat_interval: float = hp.HEARTBEAT_INTERVAL
-    #: Seconds with no clients and no registrations before the hub exits; 0 never.
-    idle_exit: float = hp.IDLE_EXIT
-    ring_size: int = hp.RING_SIZE
-    max_line: int = MAX_LINE
-    max_pending: int = MAX_PENDING
-    reconnect_min: float = hp.RECONNECT_MIN
-    reconnect_max: float = hp.RECONNECT_MAX
-    board_read_timeout: float = READ_TIMEOUT
-    #: How long start-up waits for a first answer from the board before serving anyway.
-    first_contact_timeout: float = 5.0
-    #: Card-brief refresh cadence, seconds (SPEC §7.4).
-    refresh_debounce: float = hp.REFRESH_DEBOUNCE
-    refresh_max_wait: float = hp.REFRESH_MAX_WAIT
-    refresh_floor: float = hp.REFRESH_FLOOR
-    #: ``hub-<key>.registrations.json``; None keeps detached registrations in memory only.
-    registrations_path: Path | None = None
-    #: Directories no brief may be written into (runtime and data directories, docs/security.md).
-    protected_dirs: tuple[Path, ...] = ()
 
 
 class Hub:

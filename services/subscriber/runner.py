@@ -24,29 +24,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 import structlog
 
 from shared import hub_protocol as hp
 
-from . import coalesce
 from .classify import LoopIdentity, UnknownNames, classify
 from .coalesce import Coalescer, Turn
 from .process import Backoff, ShutdownSignals
+
+# The intervals and Timing live in the subscriber's table; re-exported where they were.
+from .settings import RECONNECT_MAX as RECONNECT_MAX
+from .settings import RECONNECT_MIN as RECONNECT_MIN
+from .settings import SILENCE_TIMEOUT as SILENCE_TIMEOUT
+from .settings import STATE_FLUSH as STATE_FLUSH
+from .settings import STOP_GRACE as STOP_GRACE
+from .settings import Timing
 from .state import RECONNECTING, STARTING, STOPPED, STREAMING, UNAUTHORIZED, Publisher, utc_now
 from .turns import RAN, REFUSED, TurnResult, TurnRunner
 
-#: The local reconnect ladder to the hub, seconds (SPEC §9: 1 s doubling to 30 s).
-RECONNECT_MIN: Final = hp.RECONNECT_MIN
-RECONNECT_MAX: Final = hp.RECONNECT_MAX
-#: With no record at all for this long the hub connection is presumed dead (3 heartbeats).
-SILENCE_TIMEOUT: Final = 3 * hp.HEARTBEAT_INTERVAL
-#: The state file is rewritten at most this often for cursor moves; state changes go out at once.
-STATE_FLUSH: Final = 1.0
-#: How long a stopping subscriber lets a running turn finish before it terminates it, seconds.
-STOP_GRACE: Final = 10.0
 #: The pseudo event name a ``reset`` record puts in ``TASKLOOM_WAKE_EVENTS``: rescan everything.
 RESET_WAKE: Final = "reset"
 
@@ -55,31 +52,6 @@ Record = dict[str, Any]
 OpenStream = Callable[[int | None], AsyncIterator[Record]]
 
 log = structlog.get_logger("taskloom.subscriber")
-
-
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """Every interval the subscriber uses, in seconds; tests and the bench shorten them."""
-
-    debounce: float = coalesce.DEBOUNCE
-    max_wait: float = coalesce.MAX_WAIT
-    min_interval: float = coalesce.MIN_INTERVAL
-    lock_retry: float = coalesce.LOCK_RETRY
-    reconnect_min: float = RECONNECT_MIN
-    reconnect_max: float = RECONNECT_MAX
-    silence_timeout: float = SILENCE_TIMEOUT
-    state_flush: float = STATE_FLUSH
-    stop_grace: float = STOP_GRACE
-
-    def __post_init__(self) -> None:
-        for name in self.__dataclass_fields__:
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative")
-        if self.reconnect_max < self.reconnect_min:
-            raise ValueError("reconnect_max must not be below reconnect_min")
-        for name in ("reconnect_min", "silence_timeout"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
 
 
 class _ConnectionEnded(Exception):
