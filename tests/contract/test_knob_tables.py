@@ -27,7 +27,7 @@ from services.subscriber import runner
 from services.subscriber.settings import SUBSCRIBE_KNOBS, Timing
 from shared import knobs, limits
 from shared.knobs import SHARED_ENV, Knob
-from taskctl import export_cmd, loop_cmd
+from taskctl import export_standalone, loop_cmd
 from taskctl.command import global_params
 from taskctl.main import cli as taskctl_main
 
@@ -151,7 +151,7 @@ def test_the_settings_built_from_an_empty_command_line_are_the_python_defaults(t
 
 
 def test_the_standalone_watcher_reads_the_hub_s_cadence_variables_and_defaults() -> None:
-    spelled = {variable: default for variable, default in export_cmd.CADENCE_ENV.values()}
+    spelled = {variable: default for variable, default in export_standalone.CADENCE_ENV.values()}
     assert spelled == {knob.env: knob.default for knob in CADENCE_KNOBS}
     assert len(CADENCE_KNOBS) == 3
 
