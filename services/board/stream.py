@@ -46,6 +46,9 @@ READ_FAILED: Final = "read_failed"
 #: The browser session the stream was opened with was logged out: close, and let the client's
 #: reconnect meet the 401 (no shutdown frame, which would invite a prompt retry).
 SESSION_ENDED: Final = "session_ended"
+#: The board token was rotated: every stream was opened with the old token or a session it
+#: signed, so each closes the same way and its reconnect must authenticate again.
+TOKEN_ROTATED: Final = "token_rotated"
 SHUTDOWN_REASONS: Final = frozenset({LIFETIME, SERVER_STOPPING})
 
 HEADERS: Final = {

@@ -2,8 +2,9 @@
 
 Rotating the token is not an event (SPEC §4.4): it changes no board state. The new token is
 written to the token file first (atomically, owner-only) and only then swapped in memory, so a
-failed write leaves the old token working. The answer never carries the token: clients read the
-file, exactly as they found the old one.
+failed write leaves the old token working. Every open stream is then closed (without a shutdown
+frame), so nothing keeps reading with the old credential; a reconnect must bring the new token.
+The answer never carries the token: clients read the file, exactly as they found the old one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import structlog
 
 from .. import activities, auth
 from ..api import PREFIX, Call, Route
+from ..stream import TOKEN_ROTATED
+from ..streaming import STREAMS
 
 log = structlog.get_logger("taskd")
 #: When this process started serving, for the status answer's uptime.
@@ -32,7 +35,13 @@ async def rotate_token(call: Call) -> Any:
     # fsync off the loop: a slow disk must not stall every open stream.
     await asyncio.get_running_loop().run_in_executor(None, auth.write_token, path, token)
     call.request.app[CREDENTIALS].replace_token(token)
-    log.info("token_rotated", actor=f"{actor.kind}:{actor.id}", fingerprint=auth.token_fingerprint(token))
+    # Every open stream was authenticated with the old token (or a session it signed): without
+    # this, a holder of the old token would keep reading the board until its stream ended.
+    streams = list(call.request.app[STREAMS])
+    for stream in streams:
+        stream.end(TOKEN_ROTATED)
+    log.info("token_rotated", actor=f"{actor.kind}:{actor.id}", fingerprint=auth.token_fingerprint(token),
+             streams_closed=len(streams))
     return {"rotated": True, "token_file": str(path)}
 
 
