@@ -165,7 +165,7 @@ async def test_a_hub_started_with_a_refused_token_exits_without_a_pointer(
 # -- (c) `events hub --stop` finds the hubs of the board whatever token they hold ---------------
 
 
-async def test_hub_stop_finds_the_hub_that_holds_the_old_token(board: tuple[TaskdProcess, BoardClient]) -> None:
+async def test_a_rotation_ends_the_hub_that_holds_the_old_token(board: tuple[TaskdProcess, BoardClient]) -> None:
     taskd, _ = board
     hub = await start_hub(taskd, taskd.token)
     old_files = hub_files(taskd, taskd.token)
@@ -173,20 +173,16 @@ async def test_hub_stop_finds_the_hub_that_holds_the_old_token(board: tuple[Task
     # The pointer names its board in clear, beside the key that hides the token.
     assert pointer["board"] == hp.resolve_board_url(taskd.url) and isinstance(pointer["board_id"], str)
     await rotate(taskd)
+    # The board closes every stream at the rotation, so the old hub's reconnect meets 401 at once
+    # and it goes by itself: nobody has to find it.
+    assert await asyncio.wait_for(hub.wait(), 20) == EXIT_UNAUTHORIZED
+    assert not old_files.pointer.exists()
     env = clean_env(taskd)
-
     code, shown, err = await taskctl(env, "--json", "events", "hub", "--url", taskd.url)
     assert code == 0, err
-    assert shown["data"]["running"] is False  # no hub holds the new token yet…
-    assert shown["data"]["stale"] == [{"key": old_files.key, "pid": pointer["pid"], "alive": True}]  # …but one the old
-
+    assert shown["data"]["running"] is False and shown["data"].get("stale", []) == []
     code, stopped, err = await taskctl(env, "--json", "events", "hub", "--stop", "--url", taskd.url)
-    assert code == 0, err
-    assert stopped["data"] == {
-        "key": old_files.key, "pid": pointer["pid"], "stopped": True, "message": f"stopped the hub (pid {pointer['pid']})",
-    }
-    assert await asyncio.wait_for(hub.wait(), 20) == 0
-    assert not old_files.pointer.exists()
+    assert code == 0 and stopped["data"]["stopped"] is False, (stopped, err)
 
 
 async def test_hub_stop_needs_no_token_and_works_with_the_board_down(
@@ -208,7 +204,7 @@ async def test_hub_stop_needs_no_token_and_works_with_the_board_down(
 # -- (b)+(d) consumers re-read the token; the loop wakes after a rotation ------------------------
 
 
-@pytest.mark.parametrize("after_rotation", ["hub_stop", "hub_stop_all", "board_restart"])
+@pytest.mark.parametrize("after_rotation", ["nothing", "hub_stop", "hub_stop_all", "board_restart"])
 async def test_a_rotation_under_a_running_loop_still_wakes_it(
     board: tuple[TaskdProcess, BoardClient], tmp_path: Path, after_rotation: str
 ) -> None:
@@ -227,13 +223,14 @@ async def test_a_rotation_under_a_running_loop_still_wakes_it(
         _, new = await rotate(taskd)
         env = clean_env(taskd)
         if after_rotation == "hub_stop":
-            # What `token rotate` tells the user to do; it must find the hub keyed by the old token.
+            # What `token rotate` tells the user to do. The old hub may already have gone by itself
+            # (the rotation closed its stream); if not, --stop must find it under the old key.
             code, out, err = await taskctl(env, "--json", "events", "hub", "--stop", "--url", taskd.url)
-            assert code == 0 and out["data"]["stopped"] is True and out["data"]["pid"] == old_hub, (out, err)
+            assert code == 0 and (out["data"]["pid"] in (None, old_hub)), (out, err)
         elif after_rotation == "hub_stop_all":
             code, out, err = await taskctl(env, "--json", "events", "hub", "--stop", "--all")
-            assert code == 0 and [r["pid"] for r in out["data"]] == [old_hub], (out, err)
-        else:
+            assert code == 0 and {r["pid"] for r in out["data"]} <= {old_hub}, (out, err)
+        elif after_rotation == "board_restart":
             restart_board(taskd)
 
         revision = await human_comment(taskd, task, "after the rotation: please look")
@@ -311,8 +308,7 @@ async def test_events_follow_moves_to_the_new_token_after_its_hub_is_refused(
 
     try:
         assert (await next_of("open"))["type"] == "open"
-        old, new = await rotate(taskd)
-        restart_board(taskd)
+        old, new = await rotate(taskd)  # the board closes the hub's stream; its reconnect meets 401
         error = await next_of("error")
         assert error["code"] == hp.UNAUTHORIZED
         reopened = await next_of("open")  # the same process, on the hub keyed by the new token
@@ -397,8 +393,7 @@ async def test_a_foreground_watch_registers_again_with_the_new_token(
 
     try:
         await next_of("registered")
-        await rotate(taskd)
-        restart_board(taskd)
+        await rotate(taskd)  # the board closes the old hub's stream; its reconnect meets 401
         again = await next_of("registered")  # on the hub keyed by the new token, same process
         assert again["running"] is True and watch.returncode is None
         await human_comment(taskd, task, "seen by the re-registered watch")
