@@ -1,7 +1,8 @@
 """When a card brief is re-rendered: debounce, maximum wait, floor between batches (SPEC §7.4).
 
-Pure: the caller passes the time in and owns the timer, so the hub (asyncio) and the standalone
-watcher (a thread and a queue) share one rule, and the rule is tested without a clock.
+Pure: the caller passes the time in and owns the timer. The registry (``registry.py``) keeps one
+schedule per registration and says when its executor's timer must fire, so the hub (asyncio) and
+the standalone watcher (a thread and a queue) share one rule, tested without a clock.
 
 A batch is due ``debounce`` after the last mark (a burst settles into one render), but never later
 than ``max_wait`` after the first unserved mark (a steady trickle cannot starve the file), and

@@ -238,8 +238,13 @@ class Registrations:
                 self._deliver(stream.close_after_flush)
         elif isinstance(action, rg.Answer | rg.Refuse):
             future = self._pending.pop(action.ticket, None)
-            if not (isinstance(action, rg.Answer) and action.watching):
+            watching = isinstance(action, rg.Answer) and action.watching
+            if not watching:
                 self._streams.pop(action.ticket, None)
+            elif future is None or future.done():
+                # The request's caller is gone (its task was cancelled): so is the session.
+                self._streams.pop(action.ticket, None)
+                asyncio.get_running_loop().call_soon(self._feed, rg.SessionClosed(action.ticket))
             if future is not None and not future.done():
                 if isinstance(action, rg.Refuse):
                     future.set_exception(action.refused)

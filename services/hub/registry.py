@@ -323,7 +323,8 @@ class Viewer:
 
     ticket: Ticket
     keys: dict[Key, tuple[Registration, str]] = field(default_factory=dict)
-    owned: set[Registration] = field(default_factory=set)
+    #: In the order they came to it (its own first, then what it inherited): ends are ordered too.
+    owned: dict[Registration, None] = field(default_factory=dict)
     ended: bool = False
     released: bool = False
 
@@ -474,6 +475,7 @@ class Registry:
         self._jobs: deque[_Job] = deque()
         self._active: _Job | None = None
         self._armed: float | None = None
+        self._timer_spent = False
         self.stopping = False
         self.restored = False
         # The event being handled.
@@ -535,7 +537,7 @@ class Registry:
         elif isinstance(event, RenderDone | WriteDone):
             self._step(event)
         elif isinstance(event, Tick):
-            self._armed = None  # the executor's timer has fired
+            self._timer_spent = True  # whatever was armed has fired: say what comes next, even nothing
             self._tick(batches=event.batches)
         elif isinstance(event, Flush):
             for reg in list(self._by_id.values()):
@@ -567,8 +569,8 @@ class Registry:
                 for moment in moments:
                     if moment is not None and (wake is None or moment < wake):
                         wake = moment
-        if wake != self._armed:
-            self._armed = wake
+        if wake != self._armed or self._timer_spent:
+            self._armed, self._timer_spent = wake, False
             self._emit(ArmTimer(wake))
 
     def _tick(self, *, batches: bool) -> None:
@@ -824,7 +826,7 @@ class Registry:
             if reg is not None:
                 reg.owner = viewer
                 reg.watchers.append(viewer)
-                viewer.owned.add(reg)
+                viewer.owned[reg] = None
             for item in plan:
                 if item.state == "registered" and reg is not None:
                     viewer.keys[item.key] = (reg, item.ref)
@@ -988,7 +990,11 @@ class Registry:
         elif reg.detached:
             self._persist()
         for watcher in list(reg.watchers):
-            if watcher.keys.pop(card.key, None) is not None and not watcher.keys:
+            if watcher.keys.pop(card.key, None) is None:
+                continue
+            if watcher is not reg.owner and not any(holder is reg for holder, _ in watcher.keys.values()):
+                reg.watchers.remove(watcher)  # it views nothing of this registration any more
+            if not watcher.keys:
                 self._end_watcher(watcher, hp.done())
 
     def _end(self, reg: Registration, reason: str, message: dict[str, Any] | None = None) -> None:
@@ -1023,7 +1029,7 @@ class Registry:
         viewer.released = True
         viewer.ended = True
         self._viewers.pop(viewer.ticket, None)
-        involved = {holder for holder, _ in viewer.keys.values()} | viewer.owned
+        involved = {holder for holder, _ in viewer.keys.values()} | set(viewer.owned)
         for reg in involved:
             if viewer in reg.watchers:
                 reg.watchers.remove(viewer)
@@ -1033,7 +1039,7 @@ class Registry:
             heir = next((w for w in reg.watchers if not w.ended), None)
             reg.owner = heir
             if heir is not None:
-                heir.owned.add(reg)
+                heir.owned[reg] = None
                 self._note("registration_handed_over", registration=reg.id)
             else:
                 self._end(reg, "owner_left")
