@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from services.board import domain
+from shared import domain
 
 from .command import REF, Invocation, actor_ref, command, current, drop_none, json_object, read_text, text_or_file
 from .context import paginate

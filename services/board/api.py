@@ -15,12 +15,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from shared import limits
+from shared import domain, limits
 from shared.errors import TaskloomError, validation
 from shared.events import SYSTEM
 from shared.json_bounds import check_free_form, check_json
 
-from . import domain
 from .store import Actor, SqliteStore
 
 MAX_BODY_BYTES = limits.MAX_BODY_BYTES

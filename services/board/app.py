@@ -11,9 +11,10 @@ from pathlib import Path
 import structlog
 from aiohttp import hdrs, web
 
+from .queries import activities
 from shared.errors import TaskloomError
 
-from . import activities, api, auth, streaming, ui
+from . import api, auth, stream_registry, ui
 from .api import Route
 from .routes import ALL_ROUTES
 from .store import Actor, SqliteStore
@@ -241,7 +242,7 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     app.router.add_get("/login", login)
     app.on_response_prepare.append(renew_session)
     register(app, ALL_ROUTES)
-    streaming.setup(app)
+    stream_registry.setup(app)
     ui.setup(app)
     return app
 

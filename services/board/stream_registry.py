@@ -18,7 +18,7 @@ from shared.errors import TaskloomError
 
 from .descriptors import fewer_free_than
 from .logreader import LogReader
-from .stream import DISCONNECTED, SERVER_STOPPING, Stream
+from .client_stream import DISCONNECTED, SERVER_STOPPING, Stream
 
 log = structlog.get_logger("taskd.streaming")
 

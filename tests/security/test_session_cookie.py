@@ -20,7 +20,7 @@ import pytest
 
 from services.board import auth
 from services.board.app import CREDENTIALS
-from services.board.streaming import STREAMS
+from services.board.stream_registry import STREAMS
 from tests.support.board import (
     BoardClient,
     TaskdProcess,

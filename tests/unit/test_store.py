@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from services.board.activities import replay_after
+from services.board.queries.activities import replay_after
 from services.board.commands import projects, tasks
 from services.board.store import Actor, SqliteStore, Tx, connect
 from shared import events

@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from shared import events, limits
+from shared import domain, events, limits
 from shared.errors import TaskloomError, not_found, validation
 
-from .. import domain
-from ..queries import require_task
+from ..queries.tasks import require_task
 from ..store import Tx
 from ..files import write_atomic
 from .common import load_task, new_id, refuse_archived

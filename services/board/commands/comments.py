@@ -10,12 +10,11 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from shared import events, limits
+from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 
-from .. import domain
-from ..activities import decode_cursor, encode_cursor
-from ..queries import require_task, task_to_dict
+from ..queries.activities import decode_cursor, encode_cursor
+from ..queries.tasks import require_task, task_to_dict
 from ..store import Tx
 from .common import check_text, load_task, new_id, refuse_archived, reload, set_status
 

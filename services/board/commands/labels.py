@@ -19,7 +19,7 @@ from shared import events, limits
 from shared.errors import validation
 from shared.timestamps import format_timestamp, parse_timestamp
 
-from ..queries import require_project
+from ..queries.tasks import require_project
 from ..store import SYSTEM_ACTOR, Tx
 
 DEFAULT_TTL_DAYS = 30

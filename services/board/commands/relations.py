@@ -11,11 +11,10 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from shared import events
+from shared import domain, events
 from shared.errors import TaskloomError, not_found, validation
 
-from .. import domain
-from ..queries import require_task
+from ..queries.tasks import require_task
 from ..store import Tx
 from .common import load_task, new_id, refuse_archived
 

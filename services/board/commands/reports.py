@@ -12,12 +12,11 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from shared import events
+from shared import domain, events
 from shared.errors import TaskloomError, not_found, validation
 
-from .. import domain
-from ..activities import decode_cursor, encode_cursor
-from ..queries import require_task, task_to_dict
+from ..queries.activities import decode_cursor, encode_cursor
+from ..queries.tasks import require_task, task_to_dict
 from ..report_format import check_report
 from ..store import Tx
 from .common import load_task, new_id, refuse_archived, reload, require_reason, set_status

@@ -11,11 +11,10 @@ import hashlib
 import sqlite3
 from typing import Any
 
-from shared import events, limits
+from shared import domain, events, limits
 from shared.errors import TaskloomError, not_found, validation
 
-from .. import domain
-from ..queries import require_task
+from ..queries.tasks import require_task
 from ..store import Tx
 from .common import check_actor, load_task, refuse_archived
 

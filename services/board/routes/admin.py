@@ -13,9 +13,10 @@ import os
 import time
 from typing import Any
 
+from ..queries import activities
 import structlog
 
-from .. import activities, auth
+from .. import auth
 from ..api import PREFIX, Call, Route
 
 log = structlog.get_logger("taskd")

@@ -14,9 +14,9 @@ from typing import Any
 from shared.errors import validation
 
 from .. import brief
-from ..activities import ACTIVITY_COLUMNS, to_frame
+from ..queries.activities import ACTIVITY_COLUMNS, to_frame
 from ..api import PREFIX, Call, F, Route
-from ..queries import require_task, task_to_dict
+from ..queries.tasks import require_task, task_to_dict
 
 RELATION_EVENTS = ("relation_added", "relation_removed")
 

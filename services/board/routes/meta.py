@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..queries import activities
 from aiohttp import web
 
-from .. import activities
 from ..api import PREFIX, Call, Route, json_response
-from ..stream import SESSION_ENDED
-from ..streaming import STREAMS
+from ..client_stream import SESSION_ENDED
+from ..stream_registry import STREAMS
 from ..openapi import describe
 
 VERSION = "0.1.0"

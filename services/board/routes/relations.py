@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import domain
+from shared import domain
+
 from ..api import PREFIX, Call, Created, F, Route
 from ..commands import relations
 
