@@ -20,6 +20,8 @@ from shared.errors import TaskloomError, validation
 from shared.events import SYSTEM
 from shared.json_bounds import check_free_form, check_json
 
+from .keys import DEFAULT_ACTOR, SETTINGS
+from .settings import BoardSettings
 from .store import Actor, SqliteStore
 
 MAX_BODY_BYTES = limits.MAX_BODY_BYTES
@@ -186,9 +188,7 @@ class Call:
         return resolve_actor(self.request)
 
     @property
-    def settings(self) -> Any:
-        from .app import SETTINGS  # the app module owns the keys; imported late to avoid a cycle
-
+    def settings(self) -> BoardSettings:
         return self.request.app[SETTINGS]
 
 
@@ -214,7 +214,6 @@ class Route:
 
 ACTOR_HEADER = "X-Taskloom-Actor"
 ACTOR_KIND_HEADER = "X-Taskloom-Actor-Kind"
-DEFAULT_ACTOR = web.AppKey("default_actor", object)
 
 
 def resolve_actor(request: web.Request) -> Actor:
@@ -241,7 +240,7 @@ def resolve_actor(request: web.Request) -> Actor:
             )
         return Actor(kind, actor_id)
     default = request.app.get(DEFAULT_ACTOR)
-    if isinstance(default, Actor):
+    if default is not None:
         return default
     raise TaskloomError(
         "ACTOR_REQUIRED",

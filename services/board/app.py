@@ -4,75 +4,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from http.cookies import SimpleCookie
-from pathlib import Path
 
 import structlog
 from aiohttp import hdrs, web
 
-from .queries import activities
 from shared.errors import TaskloomError
 
 from . import api, auth, stream_registry, ui
 from .api import Route
+from .keys import CREDENTIALS, DEFAULT_ACTOR, LOG_READER, SESSION, SETTINGS, STORE, STREAMS
+from .queries import activities
 from .routes import ALL_ROUTES
-from .store import Actor, SqliteStore
+from .settings import BoardSettings
+from .store import SqliteStore
 
 log = structlog.get_logger("taskd")
 
 
-@dataclass(frozen=True)
-class BoardSettings:
-    data_dir: Path
-    host: str = "127.0.0.1"
-    port: int = 7431
-    #: Extra Host header names accepted besides loopback (the DNS-rebinding guard).
-    allowed_hosts: tuple[str, ...] = ()
-    default_actor: Actor | None = None
-    max_streams: int = 1024
-    ping_interval: float = 15.0
-    retry_ms: int = 1000
-    stream_lifetime: float | None = None
-    #: How often another process's commits are looked for (PRAGMA data_version), seconds.
-    external_poll_interval: float = 0.05
-    claim_fresh_seconds: float = 10 * 60
-    claim_stale_seconds: float = 6 * 60 * 60
-    archive_quiet_seconds: float = 0.0
-    #: Connection deadlines, seconds (services/board/connections.py): idle keep-alive, a request
-    #: head from its first byte, a request body between two reads.
-    idle_timeout: float = 30.0
-    header_timeout: float = 10.0
-    body_timeout: float = 30.0
-    #: Descriptors kept free for /health and ordinary requests: new streams are refused below
-    #: this many free, idle connections are closed below half of it.
-    descriptor_reserve: int = 128
-    #: The browser session's sliding idle limit and its absolute limit (auth.py).
-    session_idle_seconds: float = auth.SESSION_IDLE_SECONDS
-    session_absolute_seconds: float = auth.SESSION_ABSOLUTE_SECONDS
-
-    @property
-    def database_path(self) -> Path:
-        return self.data_dir / "board.sqlite"
-
-    @property
-    def token_path(self) -> Path:
-        return self.data_dir / "token"
-
-    @property
-    def attachments_dir(self) -> Path:
-        return self.data_dir / "attachments"
-
-    @property
-    def revoked_sessions_path(self) -> Path:
-        return self.data_dir / "revoked-sessions.json"
-
-
-SETTINGS = web.AppKey("settings", BoardSettings)
-STORE = web.AppKey("store", SqliteStore)
-CREDENTIALS = web.AppKey("credentials", auth.Credentials)
-#: The session a cookie-authenticated request carried (None once a logout ended it).
-SESSION = web.RequestKey("session", auth.Session | None)
 #: RFC 9110 §9.2.1: every method that is not safe may change state.
 STATE_CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -217,7 +166,7 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     )
     app[SETTINGS] = settings
     if settings.default_actor is not None:
-        app[api.DEFAULT_ACTOR] = settings.default_actor
+        app[DEFAULT_ACTOR] = settings.default_actor
     token = auth.load_or_create_token(settings.token_path)
     app[CREDENTIALS] = auth.Credentials(
         token,
@@ -242,7 +191,7 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     app.router.add_get("/login", login)
     app.on_response_prepare.append(renew_session)
     register(app, ALL_ROUTES)
-    stream_registry.setup(app)
+    app[LOG_READER], app[STREAMS] = stream_registry.setup(app, settings=settings, store=app[STORE])
     ui.setup(app)
     return app
 

@@ -22,10 +22,10 @@ from typing import Final, NamedTuple, Protocol
 import orjson
 import structlog
 
-from .queries import activities
 from shared.events import WIRE_NOISE
 from shared.sse import encode_event, encode_id_only
 
+from .queries import activities
 from .store import SqliteStore, connect
 
 log = structlog.get_logger("taskd.logreader")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..queries import activities
 from typing import Any
 
 from ..api import LIST_QUERY, PREFIX, Call, F, Route
+from ..queries import activities
 from ..queries.tasks import require_task
 
 BOARD_QUERY = {

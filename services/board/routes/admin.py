@@ -13,11 +13,12 @@ import os
 import time
 from typing import Any
 
-from ..queries import activities
 import structlog
 
 from .. import auth
 from ..api import PREFIX, Call, Route
+from ..keys import CREDENTIALS
+from ..queries import activities
 
 log = structlog.get_logger("taskd")
 #: When this process started serving, for the status answer's uptime.
@@ -25,8 +26,6 @@ _STARTED = time.monotonic()
 
 
 async def rotate_token(call: Call) -> Any:
-    from ..app import CREDENTIALS  # the app module owns the keys; imported late to avoid a cycle
-
     actor = call.actor  # an anonymous rotation is refused like any other write
     path = call.settings.token_path
     token = auth.new_token()

@@ -7,14 +7,14 @@ from typing import Final
 
 from aiohttp import web
 
-from ..queries import activities
 from shared.errors import TaskloomError, validation
 from shared.events import EVENT_SET, WIRE_NOISE
 
 from ..api import PREFIX, Call, F, Route
-from ..queries.tasks import require_project, require_task
 from ..client_stream import Projection, Stream
-from ..stream_registry import LOG_READER, STREAMS
+from ..keys import LOG_READER, STREAMS
+from ..queries import activities
+from ..queries.tasks import require_project, require_task
 
 LAST_EVENT_ID: Final = "Last-Event-ID"
 #: Longest cursor accepted from the header; a revision never needs more (SQLite integers are 64-bit).

@@ -14,8 +14,8 @@ from typing import Any
 from shared.errors import validation
 
 from .. import brief
-from ..queries.activities import ACTIVITY_COLUMNS, to_frame
 from ..api import PREFIX, Call, F, Route
+from ..queries.activities import ACTIVITY_COLUMNS, to_frame
 from ..queries.tasks import require_task, task_to_dict
 
 RELATION_EVENTS = ("relation_added", "relation_removed")
