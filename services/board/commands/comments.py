@@ -13,7 +13,7 @@ from typing import Any
 from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 
-from ..queries.activities import decode_cursor, encode_cursor
+from ..queries.paging import decode_cursor, page
 from ..queries.tasks import require_task, task_to_dict
 from ..store import Tx
 from .common import check_text, load_task, new_id, refuse_archived, reload, set_status
@@ -139,9 +139,4 @@ def list_comments(conn: sqlite3.Connection, ref: str, *, cursor: str | None = No
         "SELECT rowid AS _rowid, * FROM comments WHERE task_id = ? AND rowid > ? ORDER BY rowid LIMIT ?",
         (task["id"], after, limit + 1),
     ).fetchall()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {
-        "items": [comment_to_dict(row) for row in rows],
-        "next_cursor": encode_cursor(rows[-1]["_rowid"]) if more else None,
-    }
+    return page(rows, limit=limit, item=comment_to_dict, key=lambda row: row["_rowid"])

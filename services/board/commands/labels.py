@@ -8,17 +8,16 @@ repairing a cached count is not, so a GC that archives nothing writes no row.
 
 from __future__ import annotations
 
-import base64
 import sqlite3
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
-
-import orjson
 
 from shared import events, limits
 from shared.errors import validation
 from shared.timestamps import format_timestamp, parse_timestamp
 
+from ..queries.paging import decode_key_cursor, page
 from ..queries.tasks import require_project
 from ..store import SYSTEM_ACTOR, Tx
 
@@ -27,31 +26,8 @@ LABEL_FIELDS = ("project_id", "name", "use_count", "created_at", "last_used_at",
 ACTOR_FIELDS = ("kind", "id", "use_count", "first_seen_at", "last_seen_at")
 
 
-def encode_key_cursor(*key: str) -> str:
-    """An opaque cursor over a composite text key (labels and actors have no integer id)."""
-    return base64.urlsafe_b64encode(b"k:" + orjson.dumps(list(key))).decode().rstrip("=")
-
-
-def decode_key_cursor(text: str, width: int) -> list[str]:
-    try:
-        raw = base64.urlsafe_b64decode((text + "=" * (-len(text) % 4)).encode())
-        if not raw.startswith(b"k:"):
-            raise ValueError
-        key = orjson.loads(raw[2:])
-        if not isinstance(key, list) or len(key) != width or not all(isinstance(part, str) for part in key):
-            raise ValueError
-        return key
-    except ValueError as exc:  # binascii.Error and orjson.JSONDecodeError are ValueErrors
-        raise validation("malformed cursor", cursor=text) from exc
-
-
-def _page(rows: list[sqlite3.Row], fields: tuple[str, ...], key: tuple[str, str], limit: int) -> dict[str, Any]:
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {
-        "items": [{name: row[name] for name in fields} for row in rows],
-        "next_cursor": encode_key_cursor(rows[-1][key[0]], rows[-1][key[1]]) if more else None,
-    }
+def _fields(names: tuple[str, ...]) -> Callable[[sqlite3.Row], dict[str, Any]]:
+    return lambda row: {name: row[name] for name in names}
 
 
 def list_labels(
@@ -78,7 +54,7 @@ def list_labels(
     rows = conn.execute(
         f"SELECT * FROM labels {where} ORDER BY project_id, name LIMIT ?", (*params, limit + 1)
     ).fetchall()
-    return _page(rows, LABEL_FIELDS, ("project_id", "name"), limit)
+    return page(rows, limit=limit, item=_fields(LABEL_FIELDS), key=lambda row: (row["project_id"], row["name"]))
 
 
 def list_actors(
@@ -95,7 +71,7 @@ def list_actors(
         params.extend(decode_key_cursor(cursor, 2))
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(f"SELECT * FROM actors {where} ORDER BY kind, id LIMIT ?", (*params, limit + 1)).fetchall()
-    return _page(rows, ACTOR_FIELDS, ("kind", "id"), limit)
+    return page(rows, limit=limit, item=_fields(ACTOR_FIELDS), key=lambda row: (row["kind"], row["id"]))
 
 
 def gc_labels(

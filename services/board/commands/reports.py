@@ -15,7 +15,7 @@ from typing import Any
 from shared import domain, events
 from shared.errors import TaskloomError, not_found, validation
 
-from ..queries.activities import decode_cursor, encode_cursor
+from ..queries.paging import decode_cursor, page
 from ..queries.tasks import require_task, task_to_dict
 from ..report_format import check_report
 from ..store import Tx
@@ -189,9 +189,4 @@ def list_reports(
         f"SELECT rowid AS _rowid, * FROM reports WHERE {' AND '.join(clauses)} ORDER BY rowid LIMIT ?",
         (*params, limit + 1),
     ).fetchall()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {
-        "items": [report_to_dict(row) for row in rows],
-        "next_cursor": encode_cursor(rows[-1]["_rowid"]) if more else None,
-    }
+    return page(rows, limit=limit, item=report_to_dict, key=lambda row: row["_rowid"])

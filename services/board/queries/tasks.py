@@ -9,7 +9,7 @@ import orjson
 
 from shared.errors import not_found
 
-from .activities import decode_cursor, encode_cursor
+from .paging import decode_cursor, page, whole
 
 TASK_FIELDS = (
     "id", "identifier", "project_id", "number", "title", "description", "kind", "priority", "status",
@@ -75,7 +75,7 @@ def get_project(conn: sqlite3.Connection, project_id: str) -> dict[str, Any]:
 
 def list_projects(conn: sqlite3.Connection) -> dict[str, Any]:
     rows = conn.execute("SELECT * FROM projects ORDER BY id").fetchall()
-    return {"items": [project_to_dict(row) for row in rows], "next_cursor": None}
+    return whole([project_to_dict(row) for row in rows])
 
 
 def list_tasks(
@@ -117,9 +117,4 @@ def list_tasks(
     rows = conn.execute(
         f"SELECT rowid AS _rowid, * FROM tasks {where} ORDER BY rowid LIMIT ?", (*params, limit + 1)
     ).fetchall()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {
-        "items": [task_to_dict(row) for row in rows],
-        "next_cursor": encode_cursor(rows[-1]["_rowid"]) if more else None,
-    }
+    return page(rows, limit=limit, item=task_to_dict, key=lambda row: row["_rowid"])
