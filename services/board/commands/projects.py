@@ -9,7 +9,7 @@ from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 from shared.json_bounds import check_free_form
 
-from ..queries.tasks import get_project, require_project
+from ..queries.projects import get_project, require_project
 from ..store import Tx
 from .common import check_text, dumps
 

@@ -12,7 +12,8 @@ from shared.errors import TaskloomError, validation
 from shared.json_bounds import check_free_form
 from shared.timestamps import parse_timestamp
 
-from ..queries.tasks import require_project, task_to_dict
+from ..queries.projects import require_project
+from ..queries.tasks import task_to_dict
 from ..store import Tx
 from . import rollup
 from .common import (

@@ -14,7 +14,8 @@ from ..api import PREFIX, Call, F, Route
 from ..client_stream import Projection, Stream
 from ..keys import LOG_READER, STREAMS
 from ..queries import activities
-from ..queries.tasks import require_project, require_task
+from ..queries.projects import require_project
+from ..queries.tasks import require_task
 
 LAST_EVENT_ID: Final = "Last-Event-ID"
 #: Longest cursor accepted from the header; a revision never needs more (SQLite integers are 64-bit).
