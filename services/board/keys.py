@@ -27,4 +27,5 @@ LOG_READER: Final = web.AppKey("log_reader", LogReader)
 #: The open streams (admission, pings, shutdown).
 STREAMS: Final = web.AppKey("streams", StreamRegistry)
 #: The session a cookie-authenticated request carried (None once a logout ended it).
-SESSION: Final = web.RequestKey("session", Session | None)
+# A union is not a class, so the type is given as the key's parameter rather than its argument.
+SESSION: Final[web.RequestKey[Session | None]] = web.RequestKey("session")
