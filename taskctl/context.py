@@ -4,7 +4,8 @@ Board discovery: ``--url`` → ``TASKLOOM_URL`` → the pointer a running board 
 (``board.json`` in the runtime directory; trusted only when its pid is alive and ``/health``
 answers) → autostart a local ``taskd serve --port 0`` (refused when ``TASKLOOM_NO_AUTOSTART=1``).
 Token: ``--token`` → ``TASKLOOM_TOKEN`` → the token file the pointer names, else
-``<data_dir>/token``. Actor: ``--actor``/``--actor-kind`` → ``TASKLOOM_ACTOR``/
+``<data_dir>/token``; long-lived commands re-read it with :func:`current_token` before every
+reconnect, so a ``token rotate`` reaches them. Actor: ``--actor``/``--actor-kind`` → ``TASKLOOM_ACTOR``/
 ``TASKLOOM_ACTOR_KIND`` → the user name as ``human``.
 
 Only the standard library is used for HTTP: ``taskctl`` starts many times a minute and must not
@@ -124,6 +125,8 @@ class Board:
     source: str = "option"
     pointer: dict[str, Any] | None = None
     token_file: Path | None = None
+    #: Where the token came from: ``option`` (--token), ``env`` (TASKLOOM_TOKEN) or ``file``.
+    token_source: str = "file"
 
     @property
     def pid(self) -> int | None:
@@ -259,14 +262,35 @@ def resolve_board(
             pointer = record
     token_file: Path | None = None
     if token:
-        secret = token.strip()
+        secret, token_source = token.strip(), "option"
     elif env.get("TASKLOOM_TOKEN"):
-        secret = env["TASKLOOM_TOKEN"].strip()
+        secret, token_source = env["TASKLOOM_TOKEN"].strip(), "env"
     else:
         token_file = _token_file_for(chosen, pointer, env)
-        secret = read_token_file(token_file)
+        secret, token_source = read_token_file(token_file), "file"
     remember_secret(secret)
-    return Board(chosen, secret, source, pointer, token_file)
+    return Board(chosen, secret, source, pointer, token_file, token_source)
+
+
+def current_token(board: Board, *, environ: Mapping[str, str] | None = None) -> str | None:
+    """The board token as :func:`resolve_board` would find it now (after a ``token rotate``).
+
+    A token given with ``--token`` or ``TASKLOOM_TOKEN`` is what this process was handed and
+    stays as it is; one from a file is read again, from the file the board's pointer names now.
+    """
+    if board.token_source != "file":
+        return board.token
+    env = os.environ if environ is None else environ
+    pointer = read_pointer(env)
+    if pointer and pointer.get("token_file") and _same_board(pointer, board.url):
+        path = Path(pointer["token_file"])
+    else:  # the board is restarting (no pointer yet): the file we found at start
+        path = board.token_file or _token_file_for(board.url, None, env)
+    secret = read_token_file(path)
+    if secret is None:
+        return board.token  # unreadable for a moment: the last token we had is the best guess
+    remember_secret(secret)
+    return secret
 
 
 def start_local_board(environ: Mapping[str, str], *, announce: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import click
 from shared import hub_protocol as hp
 
 from .command import REF, command, current, drop_none, read_text
-from .context import Board, BoardHttp, TaskctlError, paginate, redact
+from .context import Board, BoardHttp, TaskctlError, current_token, paginate, redact
 
 #: Where ``export md`` writes when ``--out`` is not given (relative to the working directory).
 DEFAULT_OUT = "taskloom-export"
@@ -354,7 +354,7 @@ async def _foreground(inv: Any, board: Board, message: dict[str, Any]) -> int:
 
     emit = _printer()
     try:
-        async for record in client.watch_stream(board.url, board.token or "", message):
+        async for record in client.watch_stream(board.url, lambda: current_token(board), message):
             emit(record)
             kind = record.get("type")
             if kind == "error":

@@ -3,11 +3,14 @@
 ``follow`` finds or starts the hub for this board and prints every record as one NDJSON line
 (``open``, ``event``, ``heartbeat``, ``reset``, ``shutdown``, ``idle``, ``error``; see
 docs/hub-protocol.md). It survives hub restarts on its own 1 s → 30 s ladder, resuming with the
-last revision it saw. Exit 0 after ``idle``, 1 after an ``error``.
+last revision it saw, with the board token re-read before every reconnect: after a
+``token rotate`` it finds or starts the hub keyed by the new token. Exit 0 after ``idle``, 1
+after an ``error`` (an ``UNAUTHORIZED`` one only when the re-read token is still the refused one).
 
 ``hub`` shows the hub's pointer and whether it answers; ``hub --stop`` signals the pid that the
 pointer and the owner lock both name (it never speaks the socket protocol, so it stops a hub of
-any generation). With the board down, pass ``--url`` so resolving the board cannot start one.
+any generation), for every hub of this board whatever token it holds: pointers name their board
+in clear. With the board down, pass ``--url`` so resolving the board cannot start one.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from shared import hub_protocol as hp
 from shared.paths import runtime_dir
 
 from .command import current, global_options
-from .context import TaskctlError, resolve_board
+from .context import TaskctlError, current_token, redact, resolve_board
 
 
 def _printer(stream: IO[str]) -> Any:
@@ -69,12 +72,17 @@ def follow(after: int | None, idle: float) -> None:
         inv.out.note(f"hub: {text}")
 
     async def stream() -> int:
+        last: dict[str, Any] = {}
         try:
             async for record in client.follow(
-                board.url, board.token or "", after=after, idle_ms=round(idle * 1000), on_problem=problem
+                board.url, lambda: current_token(board), after=after, idle_ms=round(idle * 1000), on_problem=problem
             ):
                 emit(record)
-        except client.HubError:
+                last = record
+        except client.HubError as exc:
+            if last.get("type") != "error":
+                # Refused before any record (a hub started with a refused token exits at once).
+                emit({"type": "error", "code": exc.code, "message": redact(exc.message)})
             return 1
         return 0
 
@@ -101,17 +109,32 @@ def hub(stop: bool, every: bool) -> None:
         return
     # Never autostart a board here: stopping a hub must work with the board down.
     board = resolve_board(inv.url, inv.token, autostart=False, announce=inv.out.note)
+    runtime = runtime_dir(os.environ, Path.home())
+    # Every hub of this board, whatever token it holds (a rotation leaves one keyed by the old one).
+    found = client.board_hub_files(runtime, board.url, board.token)
+    if stop:
+        if not found:
+            key = client.hub_files(board.url, board.token).key if board.token else None
+            inv.out.result({"key": key, "pid": None, "stopped": False, "message": "no hub is running for this board"},
+                           "no hub is running for this board")
+            return
+        results = [_run(client.stop_hub(files)) for files in found]
+        rows = [{"key": r.key, "pid": r.pid, "stopped": r.stopped, "message": r.message} for r in results]
+        data = dict(rows[0])
+        if len(rows) > 1:
+            data.update(stopped=all(r.stopped for r in results), message="; ".join(r.message for r in results), hubs=rows)
+        inv.out.result(data, data["message"])
+        return
     if not board.token:
         raise TaskctlError("UNAUTHORIZED", "no board token: the hub's key needs it",
                            hint="set TASKLOOM_TOKEN or pass --token")
     files = client.hub_files(board.url, board.token)
-    if stop:
-        result = _run(client.stop_hub(files))
-        inv.out.result({"key": result.key, "pid": result.pid, "stopped": result.stopped, "message": result.message},
-                       result.message)
-        return
     record = read_pointer(files)
     data: dict[str, Any] = {"key": files.key, "board": board.url, "pointer": str(files.pointer), "running": False}
+    # Hubs of this board keyed by another token: left over from a rotation, deaf until they exit.
+    others = [(f, r) for f in found if f.key != files.key and (r := read_pointer(f)) is not None]
+    if others:
+        data["stale"] = [{"key": f.key, "pid": r["pid"], "alive": pid_alive(r["pid"])} for f, r in others]
     if record is not None:
         address = client.HubAddress(port=record["port"], token=str(record.get("token", "")), pid=record["pid"], key=files.key)
         pong = _run(client.ping(address)) if record.get("protocol") == hp.HUB_PROTOCOL else None
@@ -127,6 +150,9 @@ def hub(stop: bool, every: bool) -> None:
         )
 
     def human(info: dict[str, Any]) -> None:
+        for stale in info.get("stale", []):
+            inv.out.note(f"a hub (pid {stale['pid']}) holds an older token of this board: "
+                         "stop it with `taskctl events hub --stop`")
         if "pid" not in info:
             inv.out.echo(f"no hub for {info['board']} (it starts with `taskctl events follow`)")
             return

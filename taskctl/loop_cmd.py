@@ -25,7 +25,7 @@ from services.subscriber import coalesce
 from shared import hub_protocol as hp
 
 from .command import command, current
-from .context import TaskctlError, default_data_dir, normalise_url
+from .context import TaskctlError, current_token, default_data_dir, normalise_url
 
 #: Where the loop's files live unless ``--state-dir`` says otherwise: ``<data_dir>/loop``.
 STATE_DIR_ENV = "TASKLOOM_LOOP_STATE_DIR"
@@ -186,7 +186,7 @@ def subscribe(
 
         async def main() -> int:
             subscriber = Subscriber(
-                hub_stream(board.url, board.token or "", start_hub=start_hub),
+                hub_stream(board.url, lambda: current_token(board), start_hub=start_hub),
                 who,
                 TurnRunner(on_wake, directory, umask=inherited_umask),
                 publisher,
@@ -246,15 +246,21 @@ def _resume_revision(previous: dict[str, Any] | None, board_url: str) -> int | N
     return revision if isinstance(revision, int) and not isinstance(revision, bool) and revision >= 0 else None
 
 
-def hub_stream(board_url: str, board_token: str, *, start_hub: bool = True) -> Callable[[int | None], AsyncIterator[dict[str, Any]]]:
+def hub_stream(
+    board_url: str, board_token: str | Callable[[], str | None], *, start_hub: bool = True
+) -> Callable[[int | None], AsyncIterator[dict[str, Any]]]:
     """One hub connection per call: find (or start) the hub, ``follow`` after a revision, yield records.
 
     ``idle_ms=0``: the subscriber follows for ever and watches for silence itself. The
-    reconnect ladder is the subscriber's, not the hub client's.
+    reconnect ladder is the subscriber's, not the hub client's. ``board_token`` may be a
+    callable, read on every call: after a ``token rotate`` the next connection goes to the hub
+    keyed by the new token (the old one says ``error UNAUTHORIZED`` once its board refuses it).
     """
     from services.hub import client
 
-    async def find_running() -> Any:
+    read_token = board_token if callable(board_token) else (lambda: board_token)
+
+    async def find_running(board_token: str) -> Any:
         from services.hub.pointer import read_pointer
 
         files = client.hub_files(board_url, board_token)
@@ -267,7 +273,10 @@ def hub_stream(board_url: str, board_token: str, *, start_hub: bool = True) -> C
         raise client.HubUnavailable(f"no hub answers for this board yet (pointer {files.pointer})")
 
     async def open_stream(after: int | None) -> AsyncIterator[dict[str, Any]]:
-        address = await (client.find_or_start(board_url, board_token) if start_hub else find_running())
+        board_token = read_token()
+        if not board_token:
+            raise client.HubError(hp.UNAUTHORIZED, "no board token (the token file is gone?)")
+        address = await (client.find_or_start(board_url, board_token) if start_hub else find_running(board_token))
         session = await client.HubSession.connect(address)
         try:
             await session.send(hp.follow(after=after, idle_ms=0))
@@ -285,10 +294,12 @@ def hub_stream(board_url: str, board_token: str, *, start_hub: bool = True) -> C
 @command(loop, "status")
 @STATE_DIR_OPTION
 def status(state_dir: Path | None) -> None:
-    """Print the subscriber's state (starting, streaming, reconnecting) or `not running`.
+    """Print the subscriber's state (starting, streaming, reconnecting, unauthorized) or `not running`.
 
     \b
     Exit 0 while it runs, 3 when it does not (no state file, a clean stop, or a dead pid).
+    `unauthorized`: the board refused the token (rotated?); the subscriber re-reads it on every
+    reconnect and is back to `streaming` once the token it finds works.
     """
     from services.subscriber import state as st
 
@@ -307,6 +318,9 @@ def status(state_dir: Path | None) -> None:
         turns = record.get("turns") or {}
         last = record.get("last_turn") or {}
         inv.out.echo(f"{info['state']} (pid {record.get('pid')})")
+        if info["state"] == st.UNAUTHORIZED:
+            inv.out.note("the board refused the token: after `taskctl token rotate`, update TASKLOOM_TOKEN or "
+                         "--token if the subscriber was given one (a token file is re-read on its own)")
         inv.out.fields(
             [
                 ("board", record.get("board")),
@@ -316,7 +330,7 @@ def status(state_dir: Path | None) -> None:
                 ("last wake", record.get("last_wake_at")),
                 ("last turn", f"{last.get('outcome')}: {last.get('reason')}" if last else None),
                 ("turns", f"ran {turns.get('ran', 0)}, refused {turns.get('refused', 0)}, skipped {turns.get('skipped', 0)}"),
-                ("problem", record.get("last_problem") if info["state"] == st.RECONNECTING else None),
+                ("problem", record.get("last_problem") if info["state"] in (st.RECONNECTING, st.UNAUTHORIZED) else None),
                 ("updated", record.get("updated_at")),
                 ("state dir", info["state_dir"]),
             ]

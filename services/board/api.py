@@ -18,7 +18,7 @@ from aiohttp import web
 from shared import domain, limits
 from shared.errors import TaskloomError, validation
 from shared.events import SYSTEM
-from shared.json_bounds import check_free_form, check_json
+from shared.json_bounds import check_free_form, check_json, decode_exact
 
 from .keys import DEFAULT_ACTOR, SETTINGS
 from .settings import BoardSettings
@@ -60,15 +60,29 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+def _integral(value: Any) -> Any:
+    """``1.0`` as 1: JSON Schema's integer is any number with a zero fractional part (§6.1.1)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # beyond 64 bits it is refused by the range check, as an int would be
+    return value
+
+
 def _check_value(name: str, spec: F, value: Any) -> Any:
     if value is None:
         if spec.nullable:
             return None
         raise validation(f"{name} must not be null", field=name)
+    if spec.type == "int":
+        value = _integral(value)
     expected = _PY_TYPES[spec.type]
     # bool is an int in Python; a JSON true is never a valid count.
     if not isinstance(value, expected) or (spec.type == "int" and isinstance(value, bool)):
         raise validation(f"{name} must be of type {spec.type}", field=name, value=value)
+    texts = [value] if spec.type == "str" else value if spec.items == "str" else []
+    if any("\x00" in text for text in texts if isinstance(text, str)):
+        # U+0000 ends a text for SQLite's length() (its CHECKs would judge another text than the
+        # one stored) and for every C tool reading the file; refused, as PostgreSQL refuses it.
+        raise validation(f"{name} must not contain U+0000 (NUL)", field=name)
     if spec.enum is not None and value not in spec.enum:
         raise validation(f"{name} must be one of {', '.join(spec.enum)}", field=name, value=value)
     if spec.type == "int":
@@ -281,7 +295,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 def parse_json(data: bytes) -> Any:
     try:
-        return orjson.loads(data) if data else {}
+        return decode_exact(data) if data else {}
     except orjson.JSONDecodeError as exc:
         raise validation(f"the request body is not valid JSON: {exc}") from exc
 

@@ -28,21 +28,34 @@ STATE_CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PUBLIC_PATHS = frozenset({"/health", "/login"})
 
 
+#: RFC 9110 §11.6.1: a 401 names the scheme that would succeed; the realm tells boards from other services.
+WWW_AUTHENTICATE = 'Bearer realm="taskloom"'
+
+
+def error_headers(error: TaskloomError) -> dict[str, str] | None:
+    """The headers HTTP requires beside some error statuses (RFC 9110 §15.5.2, §15.5.6, §10.2.3)."""
+    if error.status == 401:
+        return {"WWW-Authenticate": WWW_AUTHENTICATE}
+    if error.status == 405:
+        return {"Allow": ", ".join(error.details.get("allowed", ()))}
+    if error.status == 503:
+        return {"Retry-After": str(error.details.get("retry_after", 1))}
+    return None
+
+
 @web.middleware
 async def errors_middleware(request: web.Request, handler: api.Handler) -> web.StreamResponse:  # type: ignore[type-arg]
-    """Every failure leaves as the JSON error body of SPEC §5."""
+    """Every failure leaves as the JSON error body of SPEC §5, with the headers its status requires."""
     try:
         return await handler(request)
     except TaskloomError as error:
-        headers = {"Retry-After": str(error.details.get("retry_after", 1))} if error.status == 503 else None
-        return api.error_response(error, headers=headers)
+        return api.error_response(error, headers=error_headers(error))
     except web.HTTPNotFound:
         return api.error_response(TaskloomError("NOT_FOUND", f"no route for {request.path}"))
     except web.HTTPMethodNotAllowed as exc:
-        return api.error_response(
-            TaskloomError("METHOD_NOT_ALLOWED", f"{request.method} is not allowed on {request.path}",
-                          details={"allowed": sorted(exc.allowed_methods)})
-        )
+        error = TaskloomError("METHOD_NOT_ALLOWED", f"{request.method} is not allowed on {request.path}",
+                              details={"allowed": sorted(exc.allowed_methods)})
+        return api.error_response(error, headers=error_headers(error))
     except web.HTTPRequestEntityTooLarge as exc:
         return api.error_response(TaskloomError("PAYLOAD_TOO_LARGE", str(exc.text)))
     except web.HTTPException:
@@ -155,7 +168,12 @@ async def login(request: web.Request) -> web.StreamResponse:
 
 def register(app: web.Application, routes: list[Route]) -> None:
     for route in routes:
-        app.router.add_route(route.method, route.path, api.to_aiohttp(route, STORE))
+        handler = api.to_aiohttp(route, STORE)
+        if route.method == "GET":
+            # RFC 9110 §9.3.2: HEAD answers like GET without the body; add_route("GET") adds no HEAD.
+            app.router.add_get(route.path, handler, allow_head=True)
+        else:
+            app.router.add_route(route.method, route.path, handler)
 
 
 def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> web.Application:

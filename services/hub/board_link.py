@@ -5,6 +5,10 @@ that refuses the cursor (``400 CURSOR_AHEAD``, ``410 CURSOR_EXPIRED``), becomes 
 followers, never a silent gap. Between attempts it waits on a ladder, 1 s doubling to 30 s, and
 resumes from the last revision it saw. The board's ``shutdown`` frame is not forwarded: a board
 restart is invisible to local followers apart from the pause.
+
+A ``401`` is the one answer no ladder can fix: the board no longer takes this hub's token (it
+was rotated). The link tells the hub once and ends; the hub says so to its sessions and exits,
+and its clients, who re-read the token, start a hub keyed by the new one (SPEC §7.1).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from shared.limits import SSE_MAX_LINE
 from shared.sse import SSEMessage, SSEParser, SSEProtocolError
 
 log = structlog.get_logger("taskhub")
+
+#: The board's answer to a token it does not take (RFC 9110 §15.5.2).
+HTTP_UNAUTHORIZED = 401
 
 #: Without a byte for this long (the board pings every 15 s) the connection is presumed dead.
 READ_TIMEOUT = 45.0
@@ -49,9 +56,16 @@ class BoardSink(Protocol):
     def board_streaming(self, connects: int) -> None:
         """A stream opened (``connects`` counts them): after a reconnect, registrations re-render."""
 
+    def board_unauthorized(self, message: str) -> None:
+        """The board refused the token with 401; the link has ended and will not try again."""
+
 
 class BoardUnavailable(Exception):
     """One attempt failed; the ladder decides when to try again."""
+
+
+class BoardUnauthorized(Exception):
+    """The board answered 401: this token is no longer the board's, and retrying cannot help."""
 
 
 class BoardLink:
@@ -79,7 +93,7 @@ class BoardLink:
         self.first_attempt = asyncio.Event()
 
     async def run(self) -> None:
-        """Follow the board until cancelled; no failure ends the loop, only the ladder slows it."""
+        """Follow the board until cancelled or refused with 401; any other failure only slows the ladder."""
         delay = self._reconnect_min
         # force_close: a fresh connection per request, so a stream never inherits the state of a
         # pooled keep-alive connection. aiohttp's own sock_read is kept as a second guard.
@@ -90,6 +104,11 @@ class BoardLink:
                 opened_before = self.connects
                 try:
                     await self._attempt(session)
+                except BoardUnauthorized as exc:
+                    self.state = "unauthorized"
+                    log.error("board_unauthorized", board=self.url, reason=str(exc))
+                    self._sink.board_unauthorized(str(exc))
+                    return
                 except BoardUnavailable as exc:
                     log.info("board_unavailable", board=self.url, reason=str(exc))
                 except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
@@ -131,6 +150,8 @@ class BoardLink:
                     await self._read(response)
                     return
                 code = await _error_code(response)
+                if response.status == HTTP_UNAUTHORIZED:
+                    raise BoardUnauthorized(f"GET /api/v1/events answered 401 {code or ''}".strip())
                 reason = _RESET_FOR_ERROR.get(code or "")
                 if reason is None or attempt:
                     raise BoardUnavailable(f"GET /api/v1/events answered {response.status} {code or ''}".strip())
@@ -142,6 +163,8 @@ class BoardLink:
         async with session.get(f"{self.url}/api/v1/meta", headers={"Accept": "application/json"}) as response:
             if response.status != 200:
                 code = await _error_code(response)
+                if response.status == HTTP_UNAUTHORIZED:
+                    raise BoardUnauthorized(f"GET /api/v1/meta answered 401 {code or ''}".strip())
                 raise BoardUnavailable(f"GET /api/v1/meta answered {response.status} {code or ''}".strip())
             body = orjson.loads(await response.read())
         if not isinstance(body, dict) or "board_id" not in body or "revision" not in body:

@@ -4,6 +4,11 @@ Phases: take the owner lock → listen and reach the board → publish the point
 signal or the idle exit → say ``shutdown`` to every session → remove the pointer if it is still
 ours → let go of the lock. The board token comes from the environment or a token file, never
 from ``argv`` (``ps`` shows argv to every user).
+
+A board that answers 401 ends the hub with ``EXIT_UNAUTHORIZED`` (every session is told
+``error UNAUTHORIZED`` first); refused at start, it never publishes a pointer at all. A hub that
+starts under a new key takes over the detached registrations a hub of the same board left under
+an older key (a rotated token), once no process holds that key's lock.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from shared import hub_protocol as hp
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
 from .files import NotOwned, restrict_umask
+from .client import EXIT_UNAUTHORIZED
 from .pointer import (
     HubFiles,
     OwnerLock,
@@ -107,6 +113,38 @@ def protected_dirs(board_url: str, runtime: Path) -> tuple[Path, ...]:
     return tuple(dirs)
 
 
+def adopt_registrations(files: HubFiles, board_url: str) -> Path | None:
+    """Move the detached registrations of this board's hub under an older token to our key.
+
+    After ``token rotate`` the hub key changes (it hides a token fingerprint), so without this
+    the card briefs a user detached would silently stop refreshing. Only a file whose key's
+    owner lock is free is taken (no hub of that key runs), and only when we have none yet.
+    """
+    if files.registrations.exists():
+        return None
+    for path in sorted(files.runtime.glob("hub-*.registrations.json")):
+        key = path.name[len("hub-"):-len(".registrations.json")]
+        record = read_json(path)
+        if key == files.key or record is None or not isinstance(record.get("board"), str):
+            continue
+        try:
+            if hp.resolve_board_url(record["board"]) != board_url:
+                continue
+        except ValueError:
+            continue
+        other = OwnerLock.try_acquire(HubFiles(files.runtime, key), role="adopter")
+        if other is None:
+            continue  # that hub is alive: its registrations are its own
+        try:
+            os.replace(path, files.registrations)
+        except OSError:
+            continue
+        finally:
+            other.release()
+        return path
+    return None
+
+
 def configure_logging(stream: TextIO, *, secret: str) -> None:
     """structlog JSON lines; the board token is scrubbed from every line as a last line of defence."""
 
@@ -127,9 +165,16 @@ def configure_logging(stream: TextIO, *, secret: str) -> None:
     )
 
 
-async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock, *, log_file: Path | None) -> None:
+async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock, *, log_file: Path | None) -> int:
+    """Serve until stopped; the exit status (0, or ``EXIT_UNAUTHORIZED`` when the board refused us)."""
     hub = Hub(settings)
     await hub.start()
+    if hub.failure is not None:
+        # Refused before anyone could find us: no pointer, so no client ever trusts this hub.
+        await hub.stopped.wait()
+        lock.release()
+        log.info("hub_exited", pid=os.getpid(), status=EXIT_UNAUTHORIZED)
+        return EXIT_UNAUTHORIZED
     # Handlers before the pointer: a SIGTERM from whoever just read it must still remove it.
     loop = asyncio.get_running_loop()
     signals_seen = 0
@@ -149,6 +194,10 @@ async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock, *, log_fi
             "version": hp.POINTER_VERSION,
             "protocol": hp.HUB_PROTOCOL,
             "key": files.key,
+            # In clear beside the key, which hides the token: `events hub --stop` finds the hubs
+            # of a board whatever token they hold (a rotation leaves one keyed by the old token).
+            "board": hub.board_url,
+            "board_id": hub.board_id,
             "pid": os.getpid(),
             "port": hub.port,
             "token": hub.token,
@@ -163,7 +212,9 @@ async def run(settings: HubSettings, files: HubFiles, lock: OwnerLock, *, log_fi
     finally:
         remove_pointer_if_mine(files, os.getpid())
         lock.release()
-        log.info("hub_exited", pid=os.getpid())
+    status = EXIT_UNAUTHORIZED if hub.failure is not None else 0
+    log.info("hub_exited", pid=os.getpid(), status=status)
+    return status
 
 
 @click.group(context_settings={"auto_envvar_prefix": "TASKLOOM", "help_option_names": ["-h", "--help"]})
@@ -236,6 +287,9 @@ def serve_command(
         lock = acquired
     log_stream, log_file = open_log(files, to_stderr=log_stderr, stderr=sys.stderr)
     configure_logging(log_stream, secret=token)
+    adopted = adopt_registrations(files, resolved)
+    if adopted is not None:
+        log.info("registrations_adopted", source=str(adopted), path=str(files.registrations))
     settings = HubSettings(
         board_url=board_url,
         board_token=token,
@@ -256,9 +310,10 @@ def serve_command(
     try:
         import uvloop
     except ImportError:
-        asyncio.run(run(settings, files, lock, log_file=log_file))
+        status = asyncio.run(run(settings, files, lock, log_file=log_file))
     else:
-        uvloop.run(run(settings, files, lock, log_file=log_file))
+        status = uvloop.run(run(settings, files, lock, log_file=log_file))
+    sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,12 @@ Starting: whoever takes the owner lock spawns the hub, detached, with the locked
 inherited and the board token in the child's environment (never argv); everyone else polls for
 the pointer. A hub of another protocol generation is stopped (only when the pointer and the lock
 name the same live pid) and replaced. A same-generation hub that is slow is left alone.
+
+Tokens: the hub's key hides a fingerprint of the board token, so a rotated token means another
+hub. Long-lived consumers pass a ``TokenSource`` (re-read on every reconnect, as ``taskctl``
+resolves it) rather than a string: when a hub says ``error UNAUTHORIZED`` (its board refused its
+token) or a starting hub exits with ``EXIT_UNAUTHORIZED``, the next attempt uses the token the
+file now holds, and so finds or starts the hub keyed by it.
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ PING_TIMEOUT = 3.0
 STOP_TIMEOUT = 10.0
 #: Polling step while another starter spawns the hub, seconds.
 POLL_STEP = 0.02
+#: ``taskhub serve`` exits with this when the board refuses its token (sysexits.h ``EX_NOPERM``).
+EXIT_UNAUTHORIZED = 77
+
+#: Reads the board token afresh (the token file may have been rotated since the last call).
+TokenSource = Callable[[], "str | None"]
 
 _TERMINAL = frozenset({"idle", "eof"})
 
@@ -49,6 +60,13 @@ class HubError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+class BoardUnauthorized(HubError):
+    """The board refused the token the hub was given (a rotation): it will not work until re-read."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(hp.UNAUTHORIZED, message)
 
 
 class HubUnavailable(Exception):
@@ -228,6 +246,10 @@ async def _start_holding_lock(
             if await ping(address) is not None:
                 return address
         if child.poll() is not None:
+            if child.returncode == EXIT_UNAUTHORIZED:
+                raise BoardUnauthorized(
+                    f"the board refused the token (401): was it rotated? re-read the token file; see {files.log}"
+                )
             raise HubUnavailable(f"the hub exited with status {child.returncode}: {_log_tail(files.log)}")
         if time.monotonic() > deadline:
             raise HubUnavailable(f"the hub (pid {child.pid}) did not publish its pointer in time; see {files.log}")
@@ -326,12 +348,28 @@ def all_hub_files(runtime: Path) -> list[HubFiles]:
     )
 
 
+def board_hub_files(runtime: Path, board_url: str, board_token: str | None = None) -> list[HubFiles]:
+    """The hubs of one board whatever token they hold: pointers that name the board in clear.
+
+    A pointer written before the board was recorded there is found by the key of
+    ``board_token`` only. The hub keyed by ``board_token`` (the current one) comes first.
+    """
+    board = hp.resolve_board_url(board_url)
+    current = hp.hub_key(board, board_token) if board_token else None
+    found = [
+        files for files in all_hub_files(runtime)
+        if (record := read_pointer(files)) is not None
+        and (record.get("board") == board or (current is not None and files.key == current))
+    ]
+    return sorted(found, key=lambda files: files.key != current)
+
+
 # -- following ------------------------------------------------------------------------------
 
 
 async def follow(
     board_url: str,
-    board_token: str,
+    board_token: str | TokenSource,
     *,
     after: int | None = None,
     idle_ms: int | None = None,
@@ -346,16 +384,27 @@ async def follow(
 
     On a lost connection or a hub ``shutdown`` it finds or starts the hub again on a 1 s → 30 s
     ladder and resumes with the last revision it saw (events, heartbeats and resets move it).
-    A fatal ``error`` raises ``HubError``.
+    ``board_token`` may be a ``TokenSource``, read before every connect: after an ``error
+    UNAUTHORIZED`` (yielded like any record) it reconnects at once when the token has changed
+    since (a rotation). A fatal ``error`` otherwise raises ``HubError``.
     """
+    read_token: TokenSource = board_token if callable(board_token) else (lambda: board_token)
     cursor = after
     delay = reconnect_min
     report = on_state or (lambda state: None)
     report("starting")
     while True:
         session: HubSession | None = None
+        token = read_token()
+        if not token:
+            raise HubError(hp.UNAUTHORIZED, "no board token: set TASKLOOM_TOKEN or pass --token")
         try:
-            address = await find_or_start(board_url, board_token, runtime=runtime, environ=environ)
+            try:
+                address = await find_or_start(board_url, token, runtime=runtime, environ=environ)
+            except BoardUnauthorized:
+                if read_token() in (None, token):
+                    raise
+                raise HubUnavailable("the board refused the token the hub was started with; it has changed since") from None
             session = await HubSession.connect(address)
             await session.send(hp.follow(after=cursor, idle_ms=idle_ms))
             while (record := await session.receive()) is not None:
@@ -369,6 +418,9 @@ async def follow(
                 if kind in _TERMINAL:
                     return
                 if kind == "error":
+                    if record.get("code") == hp.UNAUTHORIZED and read_token() not in (None, token):
+                        delay = 0.0  # the hub's board refused the old token; the new one keys another hub
+                        break
                     raise HubError(str(record.get("code")), str(record.get("message")))
                 if kind == "shutdown":
                     delay = 0.0  # the hub is going away on purpose: start the next one at once
@@ -413,7 +465,7 @@ async def request_once(
 
 async def watch_stream(
     board_url: str,
-    board_token: str,
+    board_token: str | TokenSource,
     message: dict[str, Any],
     *,
     runtime: Path | None = None,
@@ -422,19 +474,30 @@ async def watch_stream(
     """A foreground ``watch``: every record until ``done``, ``ttl``, ``shutdown`` or ``error``.
 
     The registration belongs to this session (SPEC §7.4): it ends when the iterator is closed.
-    A hub that goes away without a last record raises ``ConnectionError``.
+    A hub that goes away without a last record raises ``ConnectionError``. With a
+    ``TokenSource``, an ``error UNAUTHORIZED`` (the hub's board refused its token) after which
+    the token reads differently is not the end: the watch is sent again to the hub keyed by the
+    new token, which answers ``registered`` again and rewrites the snapshots.
     """
-    address = await find_or_start(board_url, board_token, runtime=runtime, environ=environ)
-    session = await HubSession.connect(address)
-    try:
-        await session.send(message)
-        first = await asyncio.wait_for(session.receive(), WATCH_ANSWER_TIMEOUT)
-        record = first
-        while record is not None:
-            yield record
-            if record.get("type") in WATCH_TERMINAL:
-                return
-            record = await session.receive()
-        raise ConnectionError("the hub closed the watch session without a last record")
-    finally:
-        session.close()
+    read_token: TokenSource = board_token if callable(board_token) else (lambda: board_token)
+    token = read_token() or ""
+    while True:
+        address = await find_or_start(board_url, token, runtime=runtime, environ=environ)
+        session = await HubSession.connect(address)
+        try:
+            await session.send(message)
+            record = await asyncio.wait_for(session.receive(), WATCH_ANSWER_TIMEOUT)
+            while record is not None:
+                if record.get("type") == "error" and record.get("code") == hp.UNAUTHORIZED:
+                    fresh = read_token()
+                    if fresh and fresh != token:
+                        token = fresh
+                        break  # rotated: register again where the new token leads
+                yield record
+                if record.get("type") in WATCH_TERMINAL:
+                    return
+                record = await session.receive()
+            else:
+                raise ConnectionError("the hub closed the watch session without a last record")
+        finally:
+            session.close()

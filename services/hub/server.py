@@ -10,12 +10,23 @@ outbox is full leaves the live fan-out; once it has written what it holds, it ca
 the ring by its own cursor and rejoins, so it loses nothing while the ring still covers it. If
 the ring has moved past its cursor it gets ``reset {reason: "ring"}`` and continues live. Other
 followers never wait for it.
+
+Dead peers: a peer that is gone must leave ``clients`` at once, not at the second heartbeat. A
+reset or a failed write ends the session as soon as the transport notices; a follower that
+closed its sending side (or whose process died, which looks the same: a FIN) is probed with a
+heartbeat every ``HALF_CLOSED_PROBE`` seconds, so a vanished one is answered with RST and dropped
+on the next write. Accepted sockets carry TCP keepalive with short timers for peers whose host
+stops answering altogether.
+
+A board that answers 401 ends the hub: every session is told ``error UNAUTHORIZED`` and the hub
+stops, so clients holding the current token start the hub that is keyed by it (SPEC §7.1).
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -48,6 +59,14 @@ LINGER = 1.0
 LINGER_BYTES = 4 << 20
 #: Bytes a transport may hold before live events go through the outbox and ``drain()``.
 WRITE_HIGH_WATER = 64 * 1024
+#: TCP keepalive on accepted sockets: first probe after this many idle seconds, then one every
+#: interval; after ``KEEPALIVE_COUNT`` unanswered probes the kernel resets the connection.
+KEEPALIVE_IDLE = 5
+KEEPALIVE_INTERVAL = 1
+KEEPALIVE_COUNT = 3
+#: Heartbeat interval once a follower has half-closed, seconds: a write is the only way to learn
+#: whether the peer is still there (data after a close is answered with RST, RFC 1122 §4.2.2.13).
+HALF_CLOSED_PROBE = 1.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +137,9 @@ class Hub:
         )
         self._link_task: asyncio.Task[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        #: The ``error`` the hub ended with when the board refused its token; None otherwise.
+        self.failure: dict[str, Any] | None = None
+        self._failure_stop: asyncio.Future[None] | None = None
 
     @property
     def clients(self) -> int:
@@ -138,13 +160,15 @@ class Hub:
             await asyncio.wait_for(self._link.first_attempt.wait(), self.settings.first_contact_timeout)
         except TimeoutError:
             pass  # serve anyway: followers wait for the board with us
+        if self.failure is not None:
+            return self.port  # the board refused the token at once: the hub is already stopping
         await self.registrations.start()
         self._arm_idle_exit()
         log.info("hub_listening", port=self.port, board=self.board_url, board_id=self.board_id, revision=self.revision)
         return self.port
 
-    async def stop(self, reason: str = "hub_stopping") -> None:
-        """Say ``shutdown`` to every session, close them, and let go of the board."""
+    async def stop(self, reason: str = "hub_stopping", *, farewell: dict[str, Any] | None = None) -> None:
+        """Say ``shutdown`` (or ``farewell``) to every session, close them, and let go of the board."""
         if self._stopping:
             await self.stopped.wait()
             return
@@ -155,7 +179,7 @@ class Hub:
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
-            connection.shutdown(reason)
+            connection.shutdown(reason, farewell=farewell)
         tasks = [c.task for c in self.connections if c.task is not None]
         if tasks:
             done, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE)
@@ -175,7 +199,7 @@ class Hub:
 
     def _link_ended(self, task: asyncio.Task[None]) -> None:
         """The link loop never returns on its own; if it does, the hub is deaf, so it stops loudly."""
-        if self._stopping or task.cancelled():
+        if self._stopping or task.cancelled() or self.failure is not None:
             return
         log.error("board_link_ended", error=repr(task.exception()))
         asyncio.ensure_future(self.stop("board_link_ended"))
@@ -201,6 +225,7 @@ class Hub:
         if self._stopping:
             writer.close()
             return
+        enable_keepalive(writer.get_extra_info("socket"))
         connection = Connection(self, reader, writer)
         self.connections.add(connection)
         self._arm_idle_exit()
@@ -283,6 +308,47 @@ class Hub:
         # before this hub could reach it at start), and the replay only names what it replays.
         self.registrations.mark_all()
 
+    def board_unauthorized(self, message: str) -> None:
+        """The board refused our token (rotated): tell every session, then stop for good.
+
+        Retrying with the token we hold cannot succeed, and a hub that stayed up would keep
+        answering ``open`` to clients that can never hear an event. Its clients re-read the
+        token and start the hub keyed by the new one.
+        """
+        if self.failure is not None:
+            return
+        self.failure = hp.error(
+            hp.UNAUTHORIZED,
+            "the board refused the hub's token (401); it was probably rotated: reconnect with the current token",
+            board=self.board_url,
+            reason=message,
+        )
+        log.error("hub_board_unauthorized", board=self.board_url, reason=message, clients=self.clients,
+                  registrations=self.registrations.count())
+        # Held so the stop is not collected mid-way (asyncio keeps only weak references to tasks).
+        self._failure_stop = asyncio.ensure_future(self.stop("board_unauthorized", farewell=self.failure))
+
+
+def enable_keepalive(sock: Any) -> None:
+    """SO_KEEPALIVE with short timers where the platform has them (Linux: TCP_KEEPIDLE/INTVL/CNT;
+    macOS names the idle option TCP_KEEPALIVE). Best effort: a refused option leaves the defaults."""
+    if sock is None:
+        return
+    idle = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for option, value in (
+        (idle, KEEPALIVE_IDLE),
+        (getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL),
+        (getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_COUNT),
+    ):
+        if option is not None:
+            options.append((socket.IPPROTO_TCP, option, value))
+    for level, option, value in options:
+        try:
+            sock.setsockopt(level, option, value)
+        except OSError:
+            pass
+
 
 class Connection:
     """One local session: a reader task feeds the protocol; a writer task owns the socket.
@@ -306,6 +372,8 @@ class Connection:
         self._timer: asyncio.TimerHandle | None = None
         self._close_deadline: asyncio.TimerHandle | None = None
         self._writer_parked = False
+        #: The peer closed its sending side: heartbeats become probes (``HALF_CLOSED_PROBE``).
+        self.peer_eof = False
         # Follow state.
         self.following = False
         self.cursor: int | None = None
@@ -330,18 +398,30 @@ class Connection:
     async def run(self) -> None:
         self.task = asyncio.current_task()
         reader_task = asyncio.create_task(self._read_loop())
+        watch_task = asyncio.create_task(self._watch_transport())
         try:
             await self._write_loop()
         finally:
-            if not reader_task.done():
-                reader_task.cancel()
-            await asyncio.gather(reader_task, return_exceptions=True)
+            for task in (reader_task, watch_task):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(reader_task, watch_task, return_exceptions=True)
             for timer in (self._timer, self._close_deadline):
                 if timer is not None:
                     timer.cancel()
             if self._linger and not self.writer.transport.is_closing():
                 await self._lingering_close()
             self.writer.close()
+
+    async def _watch_transport(self) -> None:
+        """A transport that is gone (a reset, a write that failed on the fast path) ends the
+        session now, so ``clients`` stops counting it; the writer may be parked with nothing to do."""
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+        if not self.closing:
+            self.abort()
 
     async def _lingering_close(self) -> None:
         """After a fatal error, half-close and drain what the peer still sends before closing.
@@ -371,6 +451,7 @@ class Connection:
                     continue
                 if not chunk:
                     await self._act(self.session.feed_eof())
+                    self._peer_closed_sending()
                     return  # a follow stream goes on until idle, shutdown or a failed write
                 await self._act(self.session.feed(chunk))
         except (ConnectionError, OSError):
@@ -438,13 +519,25 @@ class Connection:
         self.writer.transport.abort()
         self.wake.set()
 
-    def shutdown(self, reason: str) -> None:
+    def shutdown(self, reason: str, *, farewell: dict[str, Any] | None = None) -> None:
+        """The hub is stopping: say ``shutdown`` (or ``farewell``, an ``error``), then close."""
         if self.session.greeted and not self.closing:
             # Unsent events are moot: the follower resumes by its cursor from the next hub.
             self.outbox.clear()
             self.lagging = False
-            self.send(hp.shutdown(reason=reason))
+            self.send(farewell if farewell is not None else hp.shutdown(reason=reason))
         self.close_after_flush()
+
+    def _peer_closed_sending(self) -> None:
+        """EOF from the peer on a stream that goes on: a half-close (``nc -N``) or a dead process.
+
+        Only a write tells them apart, so heartbeats become frequent probes from now on.
+        """
+        if self.closing or self.session.closed:
+            return
+        self.peer_eof = True
+        if self._timer is not None:
+            self._arm_timer()
 
     def begin_follow(self, idle_ms: int) -> None:
         self.following = True
@@ -539,14 +632,19 @@ class Connection:
 
     # -- heartbeat and idle: one lazy timer, re-armed when it fires, O(1) per event ------------
 
+    def _heartbeat_interval(self) -> float:
+        interval = self.hub.settings.heartbeat_interval
+        return min(interval, HALF_CLOSED_PROBE) if self.peer_eof else interval
+
     def _arm_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
         now = self._loop.time()
-        heartbeat_due = self.last_write_at + self.hub.settings.heartbeat_interval
+        interval = self._heartbeat_interval()
+        heartbeat_due = self.last_write_at + interval
         if heartbeat_due <= now:
             # A heartbeat was due but the writer was busy or blocked: look again one interval on.
-            heartbeat_due = now + self.hub.settings.heartbeat_interval
+            heartbeat_due = now + interval
         due = heartbeat_due
         if self.idle_ms:
             due = min(due, self.last_event_at + self.idle_ms / 1000)
@@ -561,7 +659,7 @@ class Connection:
             self.send(hp.idle(idle_ms=self.idle_ms))
             self.close_after_flush()
             return
-        if now >= self.last_write_at + self.hub.settings.heartbeat_interval and not self.outbox and not self.lagging:
+        if now >= self.last_write_at + self._heartbeat_interval() and not self.outbox and not self.lagging:
             # Nothing queued and not lagging: every event up to the hub's revision is written.
             if self.hub.revision is not None:
                 self.cursor = self.hub.revision

@@ -12,6 +12,11 @@ cursor it resumes from, and a silence timeout (the hub heartbeats every 15 s; th
 heartbeats and the connection is presumed dead). It imports no other service (SPEC §2): taskctl
 hands it a stream built on the hub client.
 
+An ``error UNAUTHORIZED`` (the hub's board refused its token, or a hub we started exited for
+that reason) publishes ``unauthorized`` instead of ``reconnecting``: the token was most likely
+rotated. ``OpenStream`` re-reads the token on every call, so the next attempt goes to the hub
+keyed by the current token, and its ``open`` publishes ``streaming`` again.
+
 It never writes board state: its only output is the ``--on-wake`` command and its state file.
 """
 
@@ -32,7 +37,7 @@ from shared import hub_protocol as hp
 from . import coalesce
 from .classify import LoopIdentity, UnknownNames, classify
 from .coalesce import Coalescer, Turn
-from .state import RECONNECTING, STARTING, STOPPED, STREAMING, Publisher, utc_now
+from .state import RECONNECTING, STARTING, STOPPED, STREAMING, UNAUTHORIZED, Publisher, utc_now
 from .turns import RAN, REFUSED, TurnResult, TurnRunner
 
 #: The signals that stop the subscriber; a second one abandons a running turn.
@@ -84,10 +89,11 @@ class Timing:
 class _ConnectionEnded(Exception):
     """The hub ended this connection on purpose (``shutdown``, ``idle``, ``eof``, ``error``)."""
 
-    def __init__(self, reason: str, *, at_once: bool = False) -> None:
+    def __init__(self, reason: str, *, at_once: bool = False, unauthorized: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.at_once = at_once
+        self.unauthorized = unauthorized
 
 
 class Subscriber:
@@ -219,14 +225,16 @@ class Subscriber:
         ladder = self.timing.reconnect_min  # the wait before the next attempt after a failure
         while True:
             self._opened = False
-            at_once = False
+            at_once = unauthorized = False
             try:
                 await self._one_connection()
                 reason = "closed"
             except _ConnectionEnded as ended:
-                reason, at_once = ended.reason, ended.at_once
+                reason, at_once, unauthorized = ended.reason, ended.at_once, ended.unauthorized
             except Exception as exc:  # noqa: BLE001 - the hub client raises its own kinds; all mean "try again"
                 reason = f"{type(exc).__name__}: {exc}"
+                # The hub client's error for a refused token carries the hub protocol's code.
+                unauthorized = getattr(exc, "code", None) == hp.UNAUTHORIZED
             if self._opened:
                 ladder = self.timing.reconnect_min  # a good connection starts the ladder over
             if self._opened and at_once:
@@ -235,9 +243,10 @@ class Subscriber:
             else:
                 wait, ladder = ladder, min(ladder * 2, self.timing.reconnect_max)
             self.reconnects += 1
-            self.publisher.set_state(RECONNECTING, revision=self.cursor, reconnects=self.reconnects,
-                                     last_problem=reason, retry_in=wait)
-            log.warning("hub_connection_lost", reason=reason, retry_in=wait, revision=self.cursor)
+            self.publisher.set_state(UNAUTHORIZED if unauthorized else RECONNECTING, revision=self.cursor,
+                                     reconnects=self.reconnects, last_problem=reason, retry_in=wait)
+            log.warning("hub_unauthorized" if unauthorized else "hub_connection_lost", reason=reason,
+                        retry_in=wait, revision=self.cursor)
             if wait:
                 await asyncio.sleep(wait)
 
@@ -295,7 +304,11 @@ class Subscriber:
         elif kind == "eof":
             raise _ConnectionEnded("hub eof")
         elif kind == "error":
-            raise _ConnectionEnded(f"hub error {record.get('code')}: {record.get('message')}")
+            code = record.get("code")
+            # UNAUTHORIZED after open: the hub's board refused its token and the hub is going
+            # away on purpose; the next attempt re-reads the token, so it may go at once.
+            raise _ConnectionEnded(f"hub error {code}: {record.get('message')}",
+                                   at_once=code == hp.UNAUTHORIZED, unauthorized=code == hp.UNAUTHORIZED)
         # Anything else is a newer hub's record: ignored, like unknown event names.
 
     def _advance(self, revision: int) -> None:

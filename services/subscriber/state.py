@@ -22,12 +22,15 @@ from .files import write_atomic
 STATE_FILE: Final = "subscribe.state.json"
 STATE_VERSION: Final = 1
 
-#: ``state`` values. The first three are SPEC §9's; ``stopped`` is the clean exit's last word.
+#: ``state`` values. The first three are SPEC §9's; ``unauthorized`` means the board refused the
+#: token (after a rotation: the subscriber re-reads it on every reconnect and returns to
+#: ``streaming`` once it works); ``stopped`` is the clean exit's last word.
 STARTING: Final = "starting"
 STREAMING: Final = "streaming"
 RECONNECTING: Final = "reconnecting"
+UNAUTHORIZED: Final = "unauthorized"
 STOPPED: Final = "stopped"
-STATES: Final = frozenset({STARTING, STREAMING, RECONNECTING, STOPPED})
+STATES: Final = frozenset({STARTING, STREAMING, RECONNECTING, UNAUTHORIZED, STOPPED})
 NOT_RUNNING: Final = "not running"
 
 
@@ -86,7 +89,7 @@ class Status:
 
 
 def status(state_dir: Path) -> Status:
-    """``starting``/``streaming``/``reconnecting`` while the publishing pid lives, else ``not running``."""
+    """``starting``/``streaming``/``reconnecting``/``unauthorized`` while the publishing pid lives, else ``not running``."""
     record = read_state(state_path(state_dir))
     if record is None:
         return Status(False, NOT_RUNNING, None)

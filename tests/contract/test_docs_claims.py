@@ -422,8 +422,8 @@ async def test_the_token_file_and_cookie_are_as_stated(board: RunningBoard) -> N
     assert mode(token_path) == readme_mode == arch_mode
     token = token_path.read_text().strip()
     assert re.fullmatch(re.escape(prefix) + f"[0-9a-f]{{{hex_digits}}}", token)
-    minutes, cookie = stated("docs/architecture.md", r"The code lives in memory for (\d+) minutes .*? it sets `(\w+)`")
-    assert auth.LOGIN_CODE_TTL == number(minutes) * 60 and auth.SESSION_COOKIE == cookie
+    minutes, cookie = stated("docs/architecture.md", r"The code lives in memory for (\d+) minutes .*? it sets `(\w+)<board id>`")
+    assert auth.LOGIN_CODE_TTL == number(minutes) * 60 and auth.SESSION_COOKIE_PREFIX == cookie
 
 
 async def test_the_store_figures_are_the_stated_ones(board: RunningBoard) -> None:

@@ -23,7 +23,7 @@ TIMEOUT_MS = 10_000
 
 def launch_browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed: apt-get install chromium (.ci/run does it)")
+        pytest.fail("Debian's chromium is not installed: run make deps (or: sudo apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -33,14 +33,18 @@ def launch_browser() -> Iterator[Any]:
 
 
 class Api:
-    """A bearer-token client of the board, raising on any refusal."""
+    """A second client of the board: the token and an actor, raising on any refusal."""
 
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, actor: tuple[str, str] = ("human", "ann")) -> None:
+        self.url, self.token, self.actor = url, token, actor
         self.http = httpx.Client(
             base_url=url,
             timeout=10,
-            headers={"Authorization": f"Bearer {token}", "X-Taskloom-Actor-Kind": "human", "X-Taskloom-Actor": "ann"},
+            headers={"Authorization": f"Bearer {token}", "X-Taskloom-Actor-Kind": actor[0], "X-Taskloom-Actor": actor[1]},
         )
+
+    def as_actor(self, kind: str, actor_id: str) -> Api:
+        return Api(self.url, self.token, (kind, actor_id))
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         reply = self.http.request(method, f"/api/v1{path}", json=body)
@@ -49,6 +53,9 @@ class Api:
 
     def post(self, path: str, body: Any = None) -> Any:
         return self.call("POST", path, body if body is not None else {})
+
+    def patch(self, path: str, body: Any) -> Any:
+        return self.call("PATCH", path, body)
 
     def get(self, path: str) -> Any:
         return self.call("GET", path)

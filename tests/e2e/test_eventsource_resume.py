@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 
 from shared.events import WIRE_NOISE
-from tests.support.board import TaskdProcess
-
 from tests.e2e.support_browser import TIMEOUT_MS, Api, launch_browser, log_in
+from tests.support.board import TaskdProcess
 
 pytestmark = pytest.mark.e2e
 

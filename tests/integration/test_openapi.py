@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
-from services.board.api import PREFIX
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.board import schemas
+from services.board.api import INT_MAX, INT_MIN, PREFIX, check_query
+from services.board.commands import attachments as attachment_commands
+from services.board.commands import projects as project_commands
+from services.board.commands import tasks as task_commands
+from services.board.commands.common import normalise_label, require_reason
+from services.board.openapi import describe
+from services.board.routes import ALL_ROUTES
+from shared import domain
+from shared.errors import ERROR_STATUS, TaskloomError
+from tests.support import openapi_guard
 from tests.support.board import API, BoardClient, RunningBoard
 
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "options", "head", "trace"}
@@ -67,14 +82,143 @@ async def test_the_document_has_the_shape_of_openapi_3_1(client: BoardClient) ->
     assert len(operation_ids) == len(set(operation_ids)), "operationIds are unique"
 
 
+def successes(operation: dict[str, Any]) -> set[str]:
+    return {status for status in operation["responses"] if status.startswith("2")}
+
+
 async def test_creating_routes_document_their_201(client: BoardClient) -> None:
     paths = (await openapi(client))["paths"]
-    assert set(paths[f"{PREFIX}/projects"]["post"]["responses"]) == {"201", "default"}
-    assert set(paths[f"{PREFIX}/tasks"]["post"]["responses"]) == {"200", "201", "default"}
-    assert set(paths[f"{PREFIX}/tasks/{{ref}}"]["get"]["responses"]) == {"200", "default"}
+    assert successes(paths[f"{PREFIX}/projects"]["post"]) == {"201"}
+    assert successes(paths[f"{PREFIX}/tasks"]["post"]) == {"200", "201"}
+    assert successes(paths[f"{PREFIX}/tasks/{{ref}}"]["get"]) == {"200"}
 
 
 async def test_the_document_passes_an_openapi_validator(client: BoardClient) -> None:
     import openapi_spec_validator  # a test extra: make test installs it
 
     openapi_spec_validator.validate(await openapi(client))
+
+
+# -- the answers and the constraints ------------------------------------------------------------
+
+
+def test_every_operation_declares_its_success_body_and_its_errors() -> None:
+    document = describe(ALL_ROUTES, version="test")
+    for route in ALL_ROUTES:
+        operation = document["paths"][route.path][route.method.lower()]
+        for status in route.success:
+            content = operation["responses"][str(status)].get("content")
+            assert content and all("schema" in media for media in content.values()), (route.method, route.path, status)
+        declared_errors = {int(status) for status in operation["responses"] if status[0] in "45"}
+        assert {400, 403, 404, 500, 503} <= declared_errors, (route.method, route.path)
+        assert (401 in declared_errors) == route.auth
+        # Each error status names exactly the codes that answer with it.
+        for status in declared_errors:
+            codes = document["components"]["schemas"][f"Error{status}"]["properties"]["error"]["properties"]["code"]["enum"]
+            assert set(codes) == {code for code, code_status in ERROR_STATUS.items() if code_status == status}
+    events = document["paths"][f"{PREFIX}/events"]["get"]["responses"]["200"]["content"]
+    assert set(events) == {"text/event-stream"}
+
+
+def test_every_rule_names_a_field_the_route_declares() -> None:
+    fields = {
+        (route.method, route.path, where, name)
+        for route in ALL_ROUTES
+        for where, schema in (("query", route.query), ("body", route.body or {}))
+        for name in schema
+    }
+    assert set(schemas.FIELD_RULES) <= fields, set(schemas.FIELD_RULES) - fields
+    keys = {(route.method, route.path) for route in ALL_ROUTES}
+    assert set(schemas.BODY_RULES) <= keys
+    assert set(schemas.RESPONSES) | set(schemas.RAW_RESPONSES) == keys, "one answer schema per route, no stale ones"
+
+
+def test_bodies_refuse_unknown_fields_and_query_integers_are_64_bit() -> None:
+    document = describe(ALL_ROUTES, version="test")
+    for route in ALL_ROUTES:
+        operation = document["paths"][route.path][route.method.lower()]
+        if route.body is not None:
+            assert operation["requestBody"]["content"]["application/json"]["schema"]["additionalProperties"] is False
+        for parameter in operation["parameters"]:
+            if parameter["schema"].get("type") == "integer":
+                assert parameter["schema"]["minimum"] >= INT_MIN and parameter["schema"]["maximum"] <= INT_MAX
+
+
+def test_the_answer_guard_refuses_what_the_document_does_not_say() -> None:
+    url = "http://127.0.0.1:1"
+    with pytest.raises(AssertionError, match="does not fit"):
+        openapi_guard.check("GET", f"{url}{PREFIX}/tasks/DEMO-0001", 200, "application/json", {"id": "x"})
+    with pytest.raises(AssertionError, match="does not declare"):
+        openapi_guard.check("GET", f"{url}{PREFIX}/meta", 418, "application/json", {})
+    with pytest.raises(AssertionError, match="does not fit"):
+        openapi_guard.check("GET", f"{url}{PREFIX}/meta", 404, "application/json", {"error": {"code": "CONFLICT"}})
+    assert openapi_guard.template_of(f"{PREFIX}/reports/template") == f"{PREFIX}/reports/template"
+    assert openapi_guard.template_of(f"{PREFIX}/tasks/DEMO-1/acceptance/abc") == f"{PREFIX}/tasks/{{ref}}/acceptance/{{item}}"
+
+
+# Each pattern of the document says yes exactly when the validator it describes does.
+
+TRICKY = st.sampled_from(list("aZk0-._:/\\ \t\n\r\x0b\x1c\x85\xa0\u2028\u3000\u212a\u0130\x00\x1f\x7fé.")) 
+TEXTS = st.one_of(st.text(TRICKY, max_size=24), st.text(max_size=24), st.text(TRICKY, min_size=60, max_size=70))
+
+
+def accepts(check: Callable[[str], Any], text: str) -> bool:
+    try:
+        check(text)
+    except TaskloomError:
+        return False
+    return True
+
+
+def matches(pattern: str, text: str) -> bool:
+    return re.search(pattern, text) is not None
+
+
+@settings(max_examples=400, deadline=None)
+@given(TEXTS)
+def test_the_label_pattern_is_normalise_label(text: str) -> None:
+    assert matches(schemas.LABEL_PATTERN, text) == accepts(normalise_label, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(TEXTS, st.text(TRICKY, min_size=495, max_size=505)))
+def test_the_title_pattern_is_the_title_check(text: str) -> None:
+    assert matches(schemas.TITLE["pattern"], text) == accepts(task_commands._title, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS)
+def test_the_reason_pattern_is_require_reason(text: str) -> None:
+    assert matches(schemas.REASON["pattern"], text) == accepts(lambda value: require_reason(value, "x"), text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(TEXTS, st.text(TRICKY, min_size=250, max_size=260)))
+def test_the_filename_pattern_is_check_filename(text: str) -> None:
+    assert matches(schemas.FILENAME_PATTERN, text) == accepts(attachment_commands.check_filename, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(TEXTS, st.sampled_from(["agent", " Agent\n", "TASKD", "tas\u212ad", "agents", "human", "", "  "])))
+def test_the_actor_kind_pattern_is_check_actor_kind(text: str) -> None:
+    def check(kind: str) -> None:
+        if not kind.strip():
+            raise TaskloomError("VALIDATION_FAILED", "blank")
+        domain.check_actor_kind(kind, "kind")
+
+    assert matches(schemas.ACTOR_KIND_PATTERN, text) == accepts(check, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(TEXTS, st.from_regex(r"[a-z0-9-]{1,34}\n?", fullmatch=True)))
+def test_the_slug_pattern_is_the_project_id_check(text: str) -> None:
+    assert matches(schemas.SLUG_PATTERN, text) == (project_commands._SLUG.fullmatch(text) is not None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([*domain.STATUSES, "", "todoo", "in", "done "]), max_size=4).map(",".join))
+def test_a_list_query_pattern_is_its_parser(text: str) -> None:
+    document = describe(ALL_ROUTES, version="test")
+    status = next(p for p in document["paths"][f"{PREFIX}/tasks"]["get"]["parameters"] if p["name"] == "status")
+    spec = next(route for route in ALL_ROUTES if route.path == f"{PREFIX}/tasks" and route.method == "GET").query["status"]
+    assert matches(status["schema"]["pattern"], text) == accepts(lambda value: check_query({"status": value}, {"status": spec}), text)

@@ -13,7 +13,9 @@ from ..queries.projects import get_project, require_project
 from ..store import Tx
 from .common import check_text, dumps
 
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+#: A project id; matched whole (``$`` alone would let a final newline through to the CHECK).
+SLUG_BODY = r"[a-z0-9][a-z0-9-]{0,31}"
+_SLUG = re.compile(SLUG_BODY)
 UPDATABLE = ("name", "workspace_path", "meta", "settings")
 
 
@@ -55,7 +57,7 @@ def create_project(
     meta: dict[str, Any] | None = None,
     settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    if not _SLUG.match(id):
+    if not _SLUG.fullmatch(id):
         raise validation("project id must be a slug: a-z, 0-9 and '-', at most 32 characters", id=id)
     _check_workspace(workspace_path)
     _check_name(name)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from shared.errors import TaskloomError, validation
 from shared.events import EVENT_SET, WIRE_NOISE
 
 from ..api import PREFIX, Call, F, Route
+from ..client_stream import HEADERS as STREAM_HEADERS
 from ..client_stream import Projection, Stream
 from ..keys import LOG_READER, STREAMS
 from ..queries import activities
@@ -104,6 +105,13 @@ async def stream_events(call: Call) -> web.StreamResponse:
     app = call.request.app
     registry = app[STREAMS]
     registry.check_capacity()
+    if call.request.method == hdrs.METH_HEAD:
+        # RFC 9110 §9.3.2: the status and headers a GET would get, no body. Running the stream
+        # would hold the connection with nothing to send, and a HEAD reply has no end to wait for.
+        head = web.StreamResponse(headers=STREAM_HEADERS)
+        head.content_type = "text/event-stream"
+        head.charset = "utf-8"
+        return head
     settings = call.settings
     stream = Stream(
         call.request,

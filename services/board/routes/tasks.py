@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared import domain
+from shared.errors import validation
 
 from ..api import LIST_QUERY, PREFIX, Call, Created, F, Route
 from ..commands import tasks
@@ -62,7 +63,21 @@ async def show(call: Call) -> Any:
     return await call.store.query(get_task, call.path["ref"])
 
 
+#: Fields a PATCH sends together: a lone half would be judged against what the task holds, so the
+#: same body would be valid on one task and refused on another (the OpenAPI document says "both").
+PAIRS = (("assignee_kind", "assignee_id"), ("reporter_kind", "reporter_id"))
+
+
+def refuse_half_pairs(body: dict[str, Any]) -> None:
+    for kind, ident in PAIRS:
+        if (kind in body) != (ident in body):
+            raise validation(
+                f"{kind} and {ident} go together: send both (both null to clear)", fields=[kind, ident]
+            )
+
+
 async def patch(call: Call) -> Any:
+    refuse_half_pairs(call.body)
     return await call.store.command(tasks.update_task, call.actor, call.path["ref"], **call.body)
 
 

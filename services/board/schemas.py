@@ -1,0 +1,370 @@
+"""JSON Schemas of the API's answers and of the rules the commands enforce beyond a field's type.
+
+``openapi.py`` puts them into ``/api/v1/openapi.json``. Every bound is read from the constant the
+validator itself uses, so the document cannot promise more or less than the board checks.
+
+Patterns follow what the validators do with Python's ``str``: ``\\s`` is exactly the set that
+``str.strip`` removes, and an anchor at the very end is written ``(?![\\s\\S])`` because ``$``
+also matches before a final newline in Python (and not in ECMA-262): that form means "end of
+text" in both dialects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from shared import domain
+from shared.events import EVENT_SET, WIRE_NOISE
+
+from .api import PREFIX
+from .commands import acceptance, attachments, common, projects, sessions
+
+#: End of the text in both Python's and ECMA-262's regular expressions.
+END: Final = r"(?![\s\S])"
+#: No U+0000 anywhere (api._check_value).
+NO_NUL: Final = r"^[^\x00]*$"
+#: A text with at least one character that is not white space (the commands' ``.strip()`` test).
+NON_BLANK: Final = r"\S"
+
+
+def stripped_length(maximum: int) -> str:
+    """1 to ``maximum`` characters once the surrounding white space is stripped."""
+    return rf"^\s*\S(?:[\s\S]{{0,{maximum - 2}}}\S)?\s*{END}"
+
+
+def at_least(minimum: int) -> str:
+    """At least ``minimum`` characters once stripped (``common.require_reason``)."""
+    return rf"\S[\s\S]{{{minimum - 2},}}\S"
+
+
+def _letters(word: str) -> str:
+    """``word`` case-insensitively as ``str.lower`` folds it (the Kelvin sign lowers to 'k')."""
+    folded = {"k": "Kk\u212a"}
+    return "".join(f"[{folded.get(c, c.upper() + c)}]" for c in word)
+
+
+#: An actor kind the board accepts: not blank, and not a role word (``domain.check_actor_kind``).
+ACTOR_KIND_PATTERN: Final = (
+    rf"^(?!\s*(?:{'|'.join(_letters(word) for word in sorted(domain.ROLE_WORDS))})\s*{END})[\s\S]*\S"
+)
+SLUG_PATTERN: Final = f"^{projects.SLUG_BODY}{END}"
+
+
+def _label_pattern() -> str:
+    """A label as sent: ``common.normalise_label`` strips it, lowers it and turns runs of white
+    space into one '-'; the result must match its pattern in at most ``LABEL_MAX_CHARS``."""
+    first, rest = r"a-z0-9", r"a-z0-9._:/\-"
+    # str.lower maps exactly one non-ASCII character into a-z: U+212A KELVIN SIGN → 'k'.
+    head, tail = f"[{first}A-Z\u212a]", f"[{rest}A-Z\u212a]"
+    return rf"^\s*{head}(?:{tail}|\s+(?={tail})){{0,{common.LABEL_MAX_CHARS - 1}}}\s*{END}"
+
+
+LABEL_PATTERN: Final = _label_pattern()
+#: ``attachments.check_filename``: a plain name, no directory part, '..' or control character.
+FILENAME_PATTERN: Final = (
+    rf"^(?!\s*{END})(?!\.{END})(?![\s\S]*\.\.)[^/\\\x00-\x1f\x7f]{{1,{attachments.FILENAME_MAX_CHARS}}}{END}"
+)
+ABSOLUTE_PATH: Final = "^/"
+
+# -- request constraints, by (METHOD, path, where, name) ----------------------------------------
+
+TASK = f"{PREFIX}/tasks/{{ref}}"
+REASON: Final = {"pattern": at_least(domain.MIN_REASON_CHARS)}
+TITLE: Final = {"pattern": stripped_length(domain.TITLE_MAX_CHARS)}
+ACTOR_KIND: Final = {"pattern": ACTOR_KIND_PATTERN}
+ACTOR_ID: Final = {"pattern": NON_BLANK}
+LABELS: Final = {"items": {"type": "string", "pattern": LABEL_PATTERN}}
+
+FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
+    ("POST", f"{PREFIX}/projects", "body", "id"): {"pattern": SLUG_PATTERN},
+    ("POST", f"{PREFIX}/projects", "body", "name"): {"maxLength": domain.PROJECT_NAME_MAX_CHARS},
+    ("POST", f"{PREFIX}/projects", "body", "workspace_path"): {"pattern": ABSOLUTE_PATH},
+    ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "name"): {"minLength": 1, "maxLength": domain.PROJECT_NAME_MAX_CHARS},
+    ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "workspace_path"): {"pattern": ABSOLUTE_PATH},
+    ("GET", f"{PREFIX}/tasks", "query", "label"): {"pattern": LABEL_PATTERN},
+    ("POST", f"{PREFIX}/tasks", "body", "title"): TITLE,
+    ("POST", f"{PREFIX}/tasks", "body", "labels"): LABELS,
+    ("POST", f"{PREFIX}/tasks", "body", "assignee_kind"): ACTOR_KIND,
+    ("POST", f"{PREFIX}/tasks", "body", "reporter_kind"): ACTOR_KIND,
+    ("POST", f"{PREFIX}/tasks", "body", "assignee_id"): ACTOR_ID,
+    ("POST", f"{PREFIX}/tasks", "body", "reporter_id"): ACTOR_ID,
+    ("PATCH", TASK, "body", "title"): TITLE,
+    ("PATCH", TASK, "body", "labels"): LABELS,
+    ("PATCH", TASK, "body", "assignee_kind"): ACTOR_KIND,
+    ("PATCH", TASK, "body", "reporter_kind"): ACTOR_KIND,
+    ("PATCH", TASK, "body", "assignee_id"): ACTOR_ID,
+    ("PATCH", TASK, "body", "reporter_id"): ACTOR_ID,
+    ("POST", f"{TASK}/reopen", "body", "reason"): REASON,
+    ("POST", f"{TASK}/waive", "body", "reason"): REASON,
+    ("POST", f"{TASK}/acceptance", "body", "reason"): REASON,
+    ("POST", f"{TASK}/acceptance", "body", "items"): {
+        "items": {"type": "string", "pattern": stripped_length(acceptance.ITEM_MAX_CHARS)},
+        "uniqueItems": True,
+    },
+    ("DELETE", f"{TASK}/acceptance/{{item}}", "query", "reason"): REASON,
+    ("POST", f"{TASK}/comments", "body", "body"): {"pattern": NON_BLANK},
+    ("POST", f"{TASK}/ask", "body", "body"): {"pattern": NON_BLANK},
+    ("POST", f"{TASK}/sessions", "body", "phase"): {"pattern": stripped_length(sessions.PHASE_MAX_CHARS)},
+    ("POST", f"{TASK}/sessions", "body", "owner_kind"): ACTOR_KIND,
+    ("POST", f"{TASK}/sessions", "body", "owner_id"): ACTOR_ID,
+    ("POST", f"{TASK}/attachments", "query", "filename"): {"pattern": FILENAME_PATTERN},
+    ("PUT", f"{PREFIX}/attachments/{{id}}", "query", "filename"): {"pattern": FILENAME_PATTERN},
+    ("POST", f"{PREFIX}/export", "body", "ref"): {"pattern": NON_BLANK},
+    # routes/events.event_filter: the streamed vocabulary, never wire noise.
+    ("GET", f"{PREFIX}/events", "query", "event"): {"enum": sorted(EVENT_SET - WIRE_NOISE)},
+}
+
+
+def _paired(first: str, second: str) -> dict[str, Any]:
+    """Both or neither, null counting as absent (``tasks._pair``)."""
+    def given(name: str) -> dict[str, Any]:
+        return {"required": [name], "properties": {name: {"type": "string"}}}
+
+    return {"allOf": [{"if": given(first), "then": given(second)}, {"if": given(second), "then": given(first)}]}
+
+
+#: Rules that tie body fields together, by (METHOD, path).
+BODY_RULES: Final[dict[tuple[str, str], dict[str, Any]]] = {
+    ("POST", f"{PREFIX}/tasks"): {"allOf": [_paired("assignee_kind", "assignee_id"), _paired("reporter_kind", "reporter_id")]},
+    ("POST", f"{TASK}/acceptance"): {
+        # acceptance.change_acceptance: something to change, and a reason only with a mode.
+        "anyOf": [{"required": ["mode"]}, {"required": ["items"], "properties": {"items": {"minItems": 1}}}],
+        "dependentRequired": {"reason": ["mode"]},
+    },
+    ("PATCH", TASK): {
+        # routes/tasks.patch: a pair is sent whole, so the answer never depends on what the task holds.
+        "allOf": [_paired("assignee_kind", "assignee_id"), _paired("reporter_kind", "reporter_id")],
+        "dependentRequired": {
+            "assignee_kind": ["assignee_id"], "assignee_id": ["assignee_kind"],
+            "reporter_kind": ["reporter_id"], "reporter_id": ["reporter_kind"],
+        },
+    },
+    ("POST", f"{TASK}/deliver"): {"not": {"required": ["body", "report_id"]}},
+    ("POST", f"{TASK}/sessions"): {"dependentRequired": {"owner_kind": ["owner_id"], "owner_id": ["owner_kind"]}},
+}
+
+# -- answers ------------------------------------------------------------------------------------
+
+STRING: Final = {"type": "string"}
+INTEGER: Final = {"type": "integer"}
+OPTIONAL_STRING: Final = {"type": ["string", "null"]}
+OPTIONAL_INTEGER: Final = {"type": ["integer", "null"]}
+OBJECT: Final = {"type": "object"}
+STRINGS: Final = {"type": "array", "items": STRING}
+
+
+def closed(properties: dict[str, Any]) -> dict[str, Any]:
+    """An object with exactly these members: a new field must be documented before it ships."""
+    return {"type": "object", "required": list(properties), "additionalProperties": False, "properties": properties}
+
+
+def page(item: dict[str, Any]) -> dict[str, Any]:
+    return closed({"items": {"type": "array", "items": item}, "next_cursor": OPTIONAL_STRING})
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+_TASK_TYPES: Final[dict[str, dict[str, Any]]] = {
+    "number": INTEGER,
+    "kind": {"type": "string", "enum": list(domain.KINDS)},
+    "priority": {"type": "string", "enum": list(domain.PRIORITIES)},
+    "status": {"type": "string", "enum": list(domain.STATUSES)},
+    "acceptance_mode": {"type": "string", "enum": list(domain.ACCEPTANCE_MODES)},
+    "delivery_round": {"type": "integer", "minimum": 1},
+    "version": {"type": "integer", "minimum": 1},
+    "revision": OPTIONAL_INTEGER,
+    "labels": STRINGS,
+    "meta": OBJECT,
+}
+_TASK_REQUIRED_TEXT: Final = frozenset({"id", "identifier", "project_id", "title", "description", "created_at", "updated_at"})
+
+
+def _task_schema() -> dict[str, Any]:
+    from .queries.tasks import TASK_FIELDS  # the fields task_to_dict returns, in its order
+
+    properties = {
+        name: _TASK_TYPES.get(name, STRING if name in _TASK_REQUIRED_TEXT else OPTIONAL_STRING)
+        for name in (*TASK_FIELDS, "labels", "meta")
+    }
+    return closed(properties)
+
+
+COMPONENTS: Final[dict[str, dict[str, Any]]] = {
+    "Task": _task_schema(),
+    "Project": closed({
+        "id": {"type": "string", "pattern": SLUG_PATTERN},
+        "name": STRING,
+        "prefix": STRING,
+        "workspace_path": OPTIONAL_STRING,
+        "readme": STRING,
+        "meta": OBJECT,
+        "settings": OBJECT,
+        "revision": OPTIONAL_INTEGER,
+        "created_at": STRING,
+        "updated_at": STRING,
+    }),
+    "Comment": closed({
+        "id": STRING, "task_id": STRING, "kind": {"type": "string", "enum": list(domain.COMMENT_KINDS)},
+        "body": STRING, "actor_kind": STRING, "actor_id": STRING, "round": INTEGER, "created_at": STRING,
+    }),
+    "Report": closed({
+        "id": STRING, "task_id": STRING, "round": INTEGER, "body": STRING,
+        "actor_kind": STRING, "actor_id": STRING, "created_at": STRING,
+    }),
+    "Acceptance": closed({
+        "task_id": STRING,
+        "mode": {"type": "string", "enum": list(domain.ACCEPTANCE_MODES)},
+        "revision": INTEGER,
+        "items": {"type": "array", "items": closed({"id": STRING, "position": INTEGER, "text": STRING, "created_at": STRING})},
+    }),
+    "Relation": closed({
+        "id": STRING, "type": {"type": "string", "enum": list(domain.RELATION_TYPES)},
+        "source_id": STRING, "target_id": STRING, "created_at": STRING,
+    }),
+    "Session": closed({
+        "id": STRING, "task_id": STRING, "owner_kind": STRING, "owner_id": STRING,
+        "seg": {"type": "integer", "minimum": 0}, "phase": STRING,
+        "status": {"type": "string", "enum": ["open", *sessions.CLOSE_STATUSES]},
+        "created_at": STRING, "updated_at": STRING, "closed_at": OPTIONAL_STRING,
+    }),
+    "Attachment": closed({
+        "id": STRING, "task_id": STRING, "filename": STRING, "content_type": STRING,
+        "size": {"type": "integer", "minimum": 0, "maximum": domain.ATTACHMENT_MAX_BYTES},
+        "sha256": STRING, "created_at": STRING, "updated_at": STRING,
+    }),
+    "Label": closed({
+        "project_id": STRING, "name": STRING, "use_count": {"type": "integer", "minimum": 0},
+        "created_at": STRING, "last_used_at": STRING, "archived_at": OPTIONAL_STRING,
+    }),
+    "Actor": closed({
+        "kind": STRING, "id": STRING, "use_count": INTEGER, "first_seen_at": STRING, "last_seen_at": STRING,
+    }),
+    "Activity": closed({
+        "id": INTEGER,
+        "revision": OPTIONAL_INTEGER,
+        "task_id": OPTIONAL_STRING,
+        "project_id": OPTIONAL_STRING,
+        "actor_kind": STRING,
+        "actor_id": STRING,
+        "event": {"type": "string", "enum": sorted(EVENT_SET | WIRE_NOISE)},
+        "changes": OBJECT,
+        "created_at": STRING,
+    }),
+}
+COMPONENTS["ListedRelation"] = closed({
+    **COMPONENTS["Relation"]["properties"],
+    "direction": {"type": "string", "enum": ["outgoing", "incoming"]},
+    "other": closed({"id": STRING, "identifier": STRING, "title": STRING, "status": {"type": "string", "enum": list(domain.STATUSES)}}),
+})
+
+_META: Final = {"board_id": STRING, "revision": {"type": "integer", "minimum": 0}, "floor": {"type": "integer", "minimum": 0}}
+
+#: The 2xx body of every route, by (METHOD, path); a route missing here fails tests/integration/test_openapi.py.
+RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
+    ("GET", f"{PREFIX}/meta"): closed({**_META, "version": STRING}),
+    ("GET", f"{PREFIX}/openapi.json"): {"type": "object", "required": ["openapi", "info", "paths"]},
+    ("POST", f"{PREFIX}/login-links"): closed({"url": STRING}),
+    ("POST", f"{PREFIX}/logout"): closed({"logged_out": {"type": "boolean"}}),
+    ("POST", f"{PREFIX}/token/rotate"): closed({"rotated": {"const": True}, "token_file": STRING}),
+    ("GET", f"{PREFIX}/board/status"): closed({
+        **_META, "version": STRING, "pid": INTEGER, "data_dir": STRING, "database": STRING,
+        "token_file": STRING, "uptime_seconds": {"type": "number", "minimum": 0},
+    }),
+    ("GET", f"{PREFIX}/projects"): page(ref("Project")),
+    ("POST", f"{PREFIX}/projects"): ref("Project"),
+    ("GET", f"{PREFIX}/projects/{{id}}"): ref("Project"),
+    ("PATCH", f"{PREFIX}/projects/{{id}}"): ref("Project"),
+    ("PUT", f"{PREFIX}/projects/{{id}}/readme"): ref("Project"),
+    ("GET", f"{PREFIX}/tasks"): page(ref("Task")),
+    ("POST", f"{PREFIX}/tasks"): ref("Task"),
+    ("GET", TASK): ref("Task"),
+    ("PATCH", TASK): ref("Task"),
+    ("POST", f"{TASK}/claim"): ref("Task"),
+    ("POST", f"{TASK}/heartbeat"): ref("Task"),
+    ("POST", f"{TASK}/move"): ref("Task"),
+    ("POST", f"{TASK}/reopen"): ref("Task"),
+    ("POST", f"{TASK}/archive"): ref("Task"),
+    ("GET", f"{TASK}/comments"): page(ref("Comment")),
+    ("POST", f"{TASK}/comments"): ref("Comment"),
+    ("POST", f"{TASK}/ask"): ref("Task"),
+    ("GET", f"{PREFIX}/reports/template"): closed({
+        "markdown": STRING, "required_sections": STRINGS, "optional_sections": STRINGS, "max_bytes": INTEGER,
+    }),
+    ("GET", f"{TASK}/reports"): page(ref("Report")),
+    ("POST", f"{TASK}/report"): ref("Report"),
+    ("POST", f"{TASK}/deliver"): ref("Task"),
+    ("POST", f"{TASK}/waive"): ref("Task"),
+    ("GET", f"{TASK}/acceptance"): ref("Acceptance"),
+    ("POST", f"{TASK}/acceptance"): ref("Acceptance"),
+    ("DELETE", f"{TASK}/acceptance/{{item}}"): ref("Acceptance"),
+    ("GET", f"{TASK}/relations"): page(ref("ListedRelation")),
+    ("POST", f"{TASK}/relations"): ref("Relation"),
+    ("DELETE", f"{TASK}/relations/{{id}}"): ref("Relation"),
+    ("GET", f"{PREFIX}/labels"): page(ref("Label")),
+    ("POST", f"{PREFIX}/labels/gc"): closed({
+        "archived": STRINGS, "kept": INTEGER, "mismatched": INTEGER,
+        "ttl_days": INTEGER, "dry_run": {"type": "boolean"}, "revision": OPTIONAL_INTEGER,
+    }),
+    ("GET", f"{PREFIX}/actors"): page(ref("Actor")),
+    ("GET", f"{TASK}/sessions"): page(ref("Session")),
+    ("POST", f"{TASK}/sessions"): ref("Session"),
+    ("POST", f"{TASK}/sessions/{{id}}/close"): ref("Session"),
+    ("GET", f"{TASK}/attachments"): page(ref("Attachment")),
+    ("POST", f"{TASK}/attachments"): ref("Attachment"),
+    ("PUT", f"{PREFIX}/attachments/{{id}}"): ref("Attachment"),
+    ("DELETE", f"{PREFIX}/attachments/{{id}}"): ref("Attachment"),
+    ("GET", f"{PREFIX}/activities"): page(ref("Activity")),
+    ("GET", f"{TASK}/activities"): page(ref("Activity")),
+    ("POST", f"{PREFIX}/export"): closed({
+        "markdown": STRING,
+        "task": closed({
+            "id": STRING, "identifier": STRING, "status": {"type": "string", "enum": list(domain.STATUSES)},
+            "revision": OPTIONAL_INTEGER,
+        }),
+    }),
+}
+
+#: Bodies that are not JSON, by (METHOD, path): media type → schema.
+RAW_RESPONSES: Final[dict[tuple[str, str], dict[str, dict[str, Any]]]] = {
+    # The stored bytes under the Content-Type they were uploaded with.
+    ("GET", f"{PREFIX}/attachments/{{id}}"): {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+    # SPEC §6: Server-Sent Events; the schema describes one event as the SSE parser yields it.
+    ("GET", f"{PREFIX}/events"): {"text/event-stream": {"schema": {"$ref": "#/components/schemas/StreamEvent"}}},
+}
+
+#: One event of ``GET /api/v1/events``: an activity frame (``id`` = its revision, ``data`` = the
+#: frame as JSON), an id-only frame that moves the cursor past skipped rows, or a named signal
+#: (``shutdown``) that carries no id (shared/sse.py).
+COMPONENTS["StreamEvent"] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "pattern": f"^[0-9]+{END}"},
+        # An activity frame has no event field, which SSE reads as the default type "message".
+        "event": {"type": "string", "enum": ["message", "shutdown"]},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "retry": {"type": "integer", "minimum": 0},
+    },
+}
+
+# -- links: where an answer's ids lead (OpenAPI 3.1 §4.8.20), beyond "a creator's id names the
+# resource under its path" (openapi.links) --------------------------------------------------------
+
+#: (source METHOD, path) → (target METHOD, path, link parameters, link requestBody or None).
+EXTRA_LINKS: Final[list[tuple[tuple[str, str], tuple[str, str], dict[str, str], dict[str, str] | None]]] = [
+    # A new project is where tasks are created.
+    (("POST", f"{PREFIX}/projects"), ("POST", f"{PREFIX}/tasks"), {}, {"project": "$response.body#/id"}),
+    # An attachment is addressed by its own id, outside the task's path.
+    *[
+        (("POST", f"{TASK}/attachments"), (method, f"{PREFIX}/attachments/{{id}}"), {"id": "$response.body#/id"}, None)
+        for method in ("GET", "PUT", "DELETE")
+    ],
+    # The acceptance answer lists the items; the first one can be pruned.
+    (
+        ("POST", f"{TASK}/acceptance"),
+        ("DELETE", f"{TASK}/acceptance/{{item}}"),
+        {"ref": "$request.path.ref", "item": "$response.body#/items/0/id"},
+        None,
+    ),
+]

@@ -1,0 +1,28 @@
+"""Schemathesis hooks for tests/security/test_schemathesis.py (loaded through SCHEMATHESIS_HOOKS).
+
+The bearer token is read from the board's token file for every request, as ``taskctl`` does:
+the run also calls ``POST /api/v1/token/rotate``, and a token cached from the start would turn
+every later request into a 401.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import schemathesis
+
+#: Where the board under test keeps its token (the test sets it).
+TOKEN_FILE_ENV = "TASKLOOM_FUZZ_TOKEN_FILE"
+
+
+@schemathesis.auth(refresh_interval=None)
+class TokenFromFile:
+    """The board's current token, from its data directory."""
+
+    def get(self, case: Any, context: Any) -> str:
+        return Path(os.environ[TOKEN_FILE_ENV]).read_text().strip()
+
+    def set(self, case: Any, data: str, context: Any) -> None:
+        case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}

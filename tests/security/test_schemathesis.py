@@ -1,0 +1,188 @@
+"""Schemathesis against a real ``taskd serve``: every check, every phase, bounded, no finding allowed.
+
+The run reads the board's own ``/api/v1/openapi.json`` and drives every operation with examples,
+coverage cases, fuzzed positive and negative inputs and stateful sequences (following the links
+it infers from the answers), then checks every answer against the document: status codes,
+content types, headers, bodies, that schema-valid input is accepted and invalid input refused,
+that undeclared methods get 405 with ``Allow``, that a missing or wrong token gets 401, and that
+deleted resources stay deleted.
+
+What the run configures, and why (nothing else is turned off):
+- The token is read from the board's token file for every request (support_schemathesis.py),
+  as ``taskctl`` does: the run rotates the token itself through ``POST /api/v1/token/rotate``.
+- ``cursor`` query parameters get a cursor the board minted. A cursor is opaque by contract
+  (SPEC §5): only a ``next_cursor`` the board returned is valid and anything else is a 400, which
+  no schema can describe; so generated strings would be refused by design, not by mistake.
+- Schema-valid requests may be refused with 422: every 422 code of SPEC §5's table is a rule on
+  the board's state (``REPORT_INVALID`` for a report's markdown headings,
+  ``RELATION_INVALID``/``_DEPTH``/``_FAN_IN`` for the task graph, ``APPROVAL_REQUIRED``,
+  ``REPORT_REQUIRED``), never to a malformed request, which is 400 and still a finding. No
+  schema can know the state a request meets.
+- ``GET /api/v1/events`` may answer 400 ``CURSOR_AHEAD`` to a schema-valid ``after``: SPEC §6.2
+  refuses a cursor beyond the board's head revision with that status, and the head is state, not
+  something the document can bound.
+- A project and tasks in each state are made first, and task references and project ids are
+  drawn from them part of the time: generated names alone stop at 404 before any command runs.
+- The board runs with ``--stream-lifetime`` so that each ``GET /api/v1/events`` ends (with its
+  ``shutdown`` frame) instead of following the log for ever.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from services.board.queries.paging import encode_cursor
+from tests.support.board import REPORT, VENV_BIN, TaskdProcess
+
+from .support_schemathesis import TOKEN_FILE_ENV
+
+HOOKS = Path(__file__).with_name("support_schemathesis.py")
+#: Test cases per operation and phase, and the wall-clock budget of the whole run (seconds):
+#: enough for every operation and the stateful phase on two busy cores, bounded for ``make test``.
+MAX_EXAMPLES = 8
+MAX_TIME = 90
+STATEFUL_STEPS = 12
+#: Seconds each SSE stream lives, so a streaming answer ends and can be checked.
+STREAM_LIFETIME = 0.2
+#: A fixed seed: a finding is reproduced by running the test again.
+SEED = 20261201
+ACTOR_HEADERS = {"X-Taskloom-Actor": "schemathesis", "X-Taskloom-Actor-Kind": "human"}
+SEED_PROJECT = "fuzz"
+#: How often a task reference or project id is one that exists.
+REAL_NAMES = 0.6
+
+#: List operations and the cursor the board mints for "after the first key" on each.
+ROW_CURSOR = encode_cursor(0)
+KEY_CURSOR = encode_cursor(("", ""))
+CURSORS = {
+    "^/api/v1/tasks$": ROW_CURSOR,
+    "^/api/v1/activities$": ROW_CURSOR,
+    "^/api/v1/tasks/\\{ref\\}/(activities|comments|reports)$": ROW_CURSOR,
+    "^/api/v1/(labels|actors)$": KEY_CURSOR,
+}
+EVENTS = "^/api/v1/events$"
+#: Schemathesis' default statuses for schema-valid data, plus 422 (see above).
+ACCEPTED = ["2XX", "3XX", 401, 403, 404, 409, 422, 429, "5XX"]
+
+
+def config_toml(tasks: list[str]) -> str:
+    """The run's schemathesis.toml (see the module docstring for each entry)."""
+    lines = [
+        f"seed = {SEED}",
+        "[generation]",
+        "deterministic = true",
+        f"max-examples = {MAX_EXAMPLES}",
+        "database = \"none\"",
+        "[checks.positive_data_acceptance]",
+        f"expected-statuses = {json.dumps(ACCEPTED)}",
+        "[phases.stateful]",
+        f"max-steps = {STATEFUL_STEPS}",
+        # Real names some of the time, so requests reach the commands (and generated ones the rest).
+        "[dictionaries.tasks]",
+        f"values = {json.dumps(tasks)}",
+        "[dictionaries.projects]",
+        f"values = {json.dumps([SEED_PROJECT])}",
+        "[parameters]",
+        f"\"path.ref\" = {{ dictionary = \"tasks\", probability = {REAL_NAMES} }}",
+        f"\"body.target\" = {{ dictionary = \"tasks\", probability = {REAL_NAMES} }}",
+        f"\"body.ref\" = {{ dictionary = \"tasks\", probability = {REAL_NAMES} }}",
+        f"\"body.project\" = {{ dictionary = \"projects\", probability = {REAL_NAMES} }}",
+        f"\"query.project\" = {{ dictionary = \"projects\", probability = {REAL_NAMES} }}",
+    ]
+    for path_regex, cursor in CURSORS.items():
+        lines += [
+            "[[operations]]",
+            f"include-path-regex = {json.dumps(path_regex)}",
+            f"parameters = {{ \"query.cursor\" = {json.dumps(cursor)} }}",
+        ]
+    lines += [
+        "[[operations]]",
+        f"include-path-regex = {json.dumps(EVENTS)}",
+        "include-method = \"GET\"",
+        f"checks.positive_data_acceptance.expected-statuses = {json.dumps([*ACCEPTED, 400])}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def call(url: str, token: str, method: str, path: str, body: Any = None) -> Any:
+    """One JSON request as the run's actor; the seeding below must succeed."""
+    headers = {"Authorization": f"Bearer {token}", **ACTOR_HEADERS}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(f"{url}{path}", data=data, method=method, headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def seed(url: str, token: str) -> list[str]:
+    """A project and a task in each kind of state, so generated requests reach the commands
+    instead of stopping at 404; returns the task identifiers."""
+    api = "/api/v1"
+    call(url, token, "POST", f"{api}/projects", {"id": SEED_PROJECT, "workspace_path": "/srv/fuzz"})
+
+    def task(**fields: Any) -> str:
+        return call(url, token, "POST", f"{api}/tasks", {"project": SEED_PROJECT, "title": "Seeded", **fields})["identifier"]
+
+    todo = task(labels=["seed"])
+    backlog = task(status="backlog")
+    epic = task(kind="epic")
+    working = task()
+    call(url, token, "POST", f"{api}/tasks/{working}/claim", {})
+    review = task()
+    call(url, token, "POST", f"{api}/tasks/{review}/claim", {})
+    call(url, token, "POST", f"{api}/tasks/{review}/deliver", {"body": REPORT})
+    done = task(acceptance_mode="none")
+    call(url, token, "POST", f"{api}/tasks/{done}/claim", {})
+    call(url, token, "POST", f"{api}/tasks/{done}/deliver", {"body": REPORT})
+    call(url, token, "POST", f"{api}/tasks/{done}/move", {"to": "done"})
+    call(url, token, "POST", f"{api}/tasks/{todo}/relations", {"type": "related", "target": working})
+    call(url, token, "POST", f"{api}/tasks/{todo}/acceptance", {"items": ["the page loads"]})
+    call(url, token, "POST", f"{api}/tasks/{todo}/comments", {"body": "a note"})
+    return [todo, backlog, epic, working, review, done]
+
+
+def fetch_document(url: str, token: str) -> bytes:
+    request = urllib.request.Request(f"{url}/api/v1/openapi.json", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return reply.read()
+
+
+def test_schemathesis_finds_nothing(taskd: TaskdProcess, tmp_path: Path) -> None:
+    taskd.start("--stream-lifetime", str(STREAM_LIFETIME))
+    document = tmp_path / "openapi.json"
+    document.write_bytes(fetch_document(taskd.url, taskd.token))
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(config_toml(seed(taskd.url, taskd.token)))
+    command = [
+        str(VENV_BIN / "st"), "--config-file", str(config), "run", str(document),
+        "--url", taskd.url,
+        "--checks", "all",
+        "--max-time", str(MAX_TIME),
+        "--request-timeout", "10",
+        "--workers", "1",
+        "--no-color",
+        *[arg for name, value in ACTOR_HEADERS.items() for arg in ("-H", f"{name}: {value}")],
+    ]
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS), TOKEN_FILE_ENV: str(taskd.data_dir / "token")}
+    run = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=MAX_TIME + 120, stdin=subprocess.DEVNULL
+    )
+    (tmp_path / "schemathesis.out").write_text(run.stdout + run.stderr)
+    # The findings first (they sit between the progress lines and the warnings), then the summary.
+    findings = run.stdout.partition("FAILURES")[2].partition("WARNINGS")[0]
+    report = findings[:20000] + run.stdout.partition("SUMMARY")[2] + run.stderr[-4000:]
+    assert run.returncode == 0, report
+    # It really ran: every operation of the document was tested, with stateful sequences.
+    operations = sum(len(item) for item in json.loads(document.read_text())["paths"].values())
+    assert f"Tested: {operations}" in run.stdout, report
+    assert "Stateful" in run.stdout and "❌" not in run.stdout, report
+    assert taskd.process is not None and taskd.process.poll() is None, "the board survived the run"
+    sys.stdout.write(run.stdout[-3000:])
