@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from services.board import domain
+from shared import domain
 
 from .command import REF, command, current, drop_none
 from .output import Column

@@ -6,8 +6,7 @@ from typing import Any
 
 import click
 
-from services.board import domain
-from shared import limits
+from shared import domain, limits
 
 from .command import REF, command, current, drop_none, text_or_file
 from .http import paginate

@@ -7,10 +7,19 @@ from typing import Any
 
 import click
 
-from services.board import domain
-from shared import limits
+from shared import domain, limits
 
-from .command import REF, Invocation, actor_ref, command, current, drop_none, json_object, read_text, text_or_file
+from .command import (
+    REF,
+    Invocation,
+    actor_ref,
+    command,
+    current,
+    drop_none,
+    json_object,
+    read_text,
+    text_or_file,
+)
 from .http import paginate
 from .render import TASK_COLUMNS, next_cursor, task_fields, task_line
 

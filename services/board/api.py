@@ -15,12 +15,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from shared import limits
+from shared import domain, limits
 from shared.errors import TaskloomError, validation
 from shared.events import SYSTEM
 from shared.json_bounds import check_free_form, check_json
 
-from . import domain
+from .keys import DEFAULT_ACTOR, SETTINGS
+from .settings import BoardSettings
 from .store import Actor, SqliteStore
 
 MAX_BODY_BYTES = limits.MAX_BODY_BYTES
@@ -202,9 +203,7 @@ class Call:
         return resolve_actor(self.request)
 
     @property
-    def settings(self) -> Any:
-        from .app import SETTINGS  # the app module owns the keys; imported late to avoid a cycle
-
+    def settings(self) -> BoardSettings:
         return self.request.app[SETTINGS]
 
 
@@ -230,7 +229,6 @@ class Route:
 
 ACTOR_HEADER = "X-Taskloom-Actor"
 ACTOR_KIND_HEADER = "X-Taskloom-Actor-Kind"
-DEFAULT_ACTOR = web.AppKey("default_actor", object)
 
 
 def resolve_actor(request: web.Request) -> Actor:
@@ -257,7 +255,7 @@ def resolve_actor(request: web.Request) -> Actor:
             )
         return Actor(kind, actor_id)
     default = request.app.get(DEFAULT_ACTOR)
-    if isinstance(default, Actor):
+    if default is not None:
         return default
     raise TaskloomError(
         "ACTOR_REQUIRED",

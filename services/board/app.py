@@ -10,19 +10,27 @@ from aiohttp import hdrs, web
 
 from shared.errors import TaskloomError
 
-from . import activities, api, auth, streaming, ui
+from . import api, auth, stream_registry, ui
 from .api import Route
+from .keys import (
+    CREDENTIALS,
+    DEFAULT_ACTOR,
+    LOG_READER,
+    SESSION,
+    SETTINGS,
+    STORE,
+    STREAMS,
+)
+from .queries import activities
 from .routes import ALL_ROUTES
-from .settings import BoardSettings  # re-exported: BoardSettings has long been imported from here
+from .settings import (
+    BoardSettings,  # re-exported: BoardSettings has long been imported from here
+)
 from .store import SqliteStore
 
 log = structlog.get_logger("taskd")
 
-SETTINGS = web.AppKey("settings", BoardSettings)
-STORE = web.AppKey("store", SqliteStore)
-CREDENTIALS = web.AppKey("credentials", auth.Credentials)
-#: The session a cookie-authenticated request carried (None once a logout ended it).
-SESSION = web.RequestKey("session", auth.Session | None)
+
 #: RFC 9110 §9.2.1: every method that is not safe may change state.
 STATE_CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -185,7 +193,7 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     )
     app[SETTINGS] = settings
     if settings.default_actor is not None:
-        app[api.DEFAULT_ACTOR] = settings.default_actor
+        app[DEFAULT_ACTOR] = settings.default_actor
     token = auth.load_or_create_token(settings.token_path)
     app[CREDENTIALS] = auth.Credentials(
         token,
@@ -210,6 +218,6 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     app.router.add_get("/login", login)
     app.on_response_prepare.append(renew_session)
     register(app, ALL_ROUTES)
-    streaming.setup(app)
+    app[LOG_READER], app[STREAMS] = stream_registry.setup(app, settings=settings, store=app[STORE])
     ui.setup(app)
     return app

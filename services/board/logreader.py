@@ -25,7 +25,7 @@ import structlog
 from shared.events import WIRE_NOISE
 from shared.sse import encode_event, encode_id_only
 
-from . import activities
+from .queries import activities
 from .store import SqliteStore, connect
 
 log = structlog.get_logger("taskd.logreader")

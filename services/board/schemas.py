@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from shared import domain
 from shared.events import EVENT_SET, WIRE_NOISE
 
-from . import domain
 from .api import PREFIX
 from .commands import acceptance, attachments, common, projects, sessions
 
@@ -182,7 +182,7 @@ _TASK_REQUIRED_TEXT: Final = frozenset({"id", "identifier", "project_id", "title
 
 
 def _task_schema() -> dict[str, Any]:
-    from .queries import TASK_FIELDS  # the fields task_to_dict returns, in its order
+    from .queries.tasks import TASK_FIELDS  # the fields task_to_dict returns, in its order
 
     properties = {
         name: _TASK_TYPES.get(name, STRING if name in _TASK_REQUIRED_TEXT else OPTIONAL_STRING)

@@ -15,11 +15,11 @@ from typing import Any, Final
 import click
 
 from shared import limits
+from shared.domain import CLAIM_FRESH_SECONDS, CLAIM_STALE_SECONDS, ROLE_WORDS
 from shared.knobs import Knob, knob, table
 from shared.paths import BOARD_PORT
 
 from . import auth
-from .domain import CLAIM_FRESH_SECONDS, CLAIM_STALE_SECONDS, ROLE_WORDS
 from .store import Actor
 
 #: The only default kind of a default actor, as for a client that names none (SPEC §4.1).

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from services.board.app import CREDENTIALS
+from services.board.keys import CREDENTIALS
 from tests.support.board import BoardClient, RunningBoard
 
 pytestmark = pytest.mark.asyncio

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.board import domain
 from services.board.store import connect, migrate
+from shared import domain
 
 
 @pytest.fixture

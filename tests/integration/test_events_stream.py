@@ -22,9 +22,9 @@ import aiohttp
 import orjson
 import pytest
 
+from services.board.keys import LOG_READER, STREAMS
 from services.board.logreader import LogReader
 from services.board.store import Actor, Tx
-from services.board.streaming import LOG_READER, STREAMS
 from shared import events
 from shared.sse import SSEComment, SSEItem, SSEMessage, SSEParser
 from tests.support.board import BoardClient, RunningBoard, start_board

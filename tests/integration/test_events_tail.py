@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from services.board.streaming import STREAMS
+from services.board.keys import STREAMS
 from tests.support.board import BoardClient, RunningBoard, start_board
 from tests.support.waiting import async_wait_until
 

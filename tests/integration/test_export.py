@@ -23,7 +23,7 @@ import pytest
 
 from services.board.commands import projects, tasks
 from services.board.commands.common import set_status
-from services.board.queries import require_task
+from services.board.queries.tasks import require_task
 from services.board.store import Actor, SqliteStore, Tx
 from shared import events
 from shared.timestamps import format_timestamp

@@ -25,7 +25,7 @@ import pytest
 
 from services.board.commands import comments, projects, tasks
 from services.board.store import Actor, SqliteStore, Tx
-from services.board.streaming import LOG_READER
+from services.board.keys import LOG_READER
 from shared import events
 from shared.errors import TaskloomError, validation
 from shared.sse import SSEMessage, SSEParser

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.board import domain, schemas
+from services.board import schemas
 from services.board.api import INT_MAX, INT_MIN, PREFIX, check_query
 from services.board.commands import attachments as attachment_commands
 from services.board.commands import projects as project_commands
@@ -18,6 +18,7 @@ from services.board.commands import tasks as task_commands
 from services.board.commands.common import normalise_label, require_reason
 from services.board.openapi import describe
 from services.board.routes import ALL_ROUTES
+from shared import domain
 from shared.errors import ERROR_STATUS, TaskloomError
 from tests.support import openapi_guard
 from tests.support.board import API, BoardClient, RunningBoard

@@ -13,8 +13,8 @@ function task(fields = {}) {
   };
 }
 
-test("statuses and transitions equal services/board/domain.py", () => {
-  const source = readFileSync(`${ROOT}services/board/domain.py`, "utf8");
+test("statuses and transitions equal shared/domain.py", () => {
+  const source = readFileSync(`${ROOT}shared/domain.py`, "utf8");
   const statuses = source.match(/^STATUSES: Final = \(([^)]*)\)/m)[1].match(/"([a-z_]+)"/g).map((s) => s.slice(1, -1));
   assert.deepEqual(STATUSES, statuses);
   const block = source.match(/^TRANSITIONS: [^{]*\{([\s\S]*?)^\}/m)[1];

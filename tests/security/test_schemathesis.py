@@ -37,8 +37,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from services.board.activities import encode_cursor
-from services.board.commands.labels import encode_key_cursor
+from services.board.queries.paging import encode_cursor
 from tests.support.board import REPORT, VENV_BIN, TaskdProcess
 
 from .support_schemathesis import TOKEN_FILE_ENV
@@ -60,7 +59,7 @@ REAL_NAMES = 0.6
 
 #: List operations and the cursor the board mints for "after the first key" on each.
 ROW_CURSOR = encode_cursor(0)
-KEY_CURSOR = encode_key_cursor("", "")
+KEY_CURSOR = encode_cursor(("", ""))
 CURSORS = {
     "^/api/v1/tasks$": ROW_CURSOR,
     "^/api/v1/activities$": ROW_CURSOR,

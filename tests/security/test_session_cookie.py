@@ -19,8 +19,7 @@ import httpx
 import pytest
 
 from services.board import auth
-from services.board.app import CREDENTIALS
-from services.board.streaming import STREAMS
+from services.board.keys import CREDENTIALS, STREAMS
 from tests.support.board import (
     BoardClient,
     TaskdProcess,

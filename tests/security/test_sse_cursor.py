@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from services.board.streaming import STREAMS
+from services.board.keys import STREAMS
 from shared import events
 from shared.sse import SSEMessage, SSEParser
 from tests.support.board import BoardClient, RunningBoard, activity_count, make_task

@@ -17,7 +17,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from services.board.app import STORE, BoardSettings, create_app
+from services.board.app import BoardSettings, create_app
+from services.board.keys import STORE
 from services.board.store import SqliteStore
 
 from .waiting import wait_until

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 import shared.fixtures
-from services.board.activities import ACTIVITY_COLUMNS, to_frame
+from services.board.queries.activities import ACTIVITY_COLUMNS, to_frame
 from services.board.store import Actor, SqliteStore, Tx
 from shared import events
 

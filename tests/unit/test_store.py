@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from services.board.activities import replay_after
 from services.board.commands import projects, tasks
+from services.board.queries.activities import replay_after
 from services.board.store import Actor, SqliteStore, Tx, connect
 from shared import events
 from shared.errors import TaskloomError, validation

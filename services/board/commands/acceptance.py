@@ -17,11 +17,10 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from shared import events, limits
+from shared import domain, events, limits
 from shared.errors import TaskloomError, not_found, validation
 
-from .. import domain
-from ..queries import require_task
+from ..queries.acceptance import acceptance_view, list_revision
 from ..store import Tx
 from .common import load_task, new_id, refuse_archived, require_reason
 
@@ -35,30 +34,7 @@ def _entry(item_id: str, text: str) -> dict[str, Any]:
     return {"id": item_id}
 
 
-def list_revision(conn: sqlite3.Connection, task_id: str) -> int:
-    """How many times the task's acceptance list has changed."""
-    return conn.execute("SELECT acceptance_revision FROM tasks WHERE id = ?", (task_id,)).fetchone()[0]
-
-
 BUMP_LIST_REVISION = "UPDATE tasks SET acceptance_revision = acceptance_revision + 1 WHERE id = ?"
-
-
-def _view(conn: sqlite3.Connection, task: sqlite3.Row, mode: str) -> dict[str, Any]:
-    rows = conn.execute(
-        "SELECT id, position, text, created_at FROM acceptance_items WHERE task_id = ? ORDER BY position, rowid",
-        (task["id"],),
-    ).fetchall()
-    return {
-        "task_id": task["id"],
-        "mode": mode,
-        "revision": list_revision(conn, task["id"]),
-        "items": [dict(row) for row in rows],
-    }
-
-
-def get_acceptance(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
-    task = require_task(conn, ref)
-    return _view(conn, task, task["acceptance_mode"])
 
 
 def _refuse_closed(task: sqlite3.Row) -> None:
@@ -151,7 +127,7 @@ def change_acceptance(
             project_id=task["project_id"],
         )
         current = mode
-    return _view(tx.conn, task, current)
+    return acceptance_view(tx.conn, task, current)
 
 
 def prune_acceptance(tx: Tx, ref: str, item_id: str, *, reason: str, if_version: int | None = None) -> dict[str, Any]:
@@ -170,4 +146,4 @@ def prune_acceptance(tx: Tx, ref: str, item_id: str, *, reason: str, if_version:
     )
     tx.execute("DELETE FROM acceptance_items WHERE id = ?", (item["id"],))
     tx.execute(BUMP_LIST_REVISION, (task["id"],))
-    return _view(tx.conn, task, task["acceptance_mode"])
+    return acceptance_view(tx.conn, task, task["acceptance_mode"])

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from shared import events, limits
-from shared.errors import TaskloomError, not_found, validation
+from shared import domain, events, limits
+from shared.errors import TaskloomError, validation
 
-from .. import domain
-from ..queries import require_task
+from ..queries.attachments import attachment_to_dict, get_attachment, require_attachment
+from ..queries.tasks import require_task
 from ..store import Tx
 from ..files import write_atomic
 from .common import load_task, new_id, refuse_archived
@@ -39,7 +39,6 @@ DEFAULT_CONTENT_TYPE = "application/octet-stream"
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 _CONTENT_TYPE = re.compile(rf"^{_TOKEN}/{_TOKEN}(\s*;.*)?$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-ATTACHMENT_FIELDS = ("id", "task_id", "filename", "content_type", "size", "sha256", "created_at", "updated_at")
 
 
 # -- validation ---------------------------------------------------------------------------------
@@ -131,29 +130,6 @@ def write_blob(root: Path, data: bytes, sha256: str | None = None) -> str:
 
 
 # -- reads --------------------------------------------------------------------------------------
-
-
-def attachment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
-    return {name: row[name] for name in ATTACHMENT_FIELDS}
-
-
-def require_attachment(conn: sqlite3.Connection, attachment_id: str) -> sqlite3.Row:
-    row = conn.execute("SELECT * FROM attachments WHERE id = ?", (attachment_id,)).fetchone()
-    if row is None:
-        raise not_found("attachment", attachment_id)
-    return row
-
-
-def get_attachment(conn: sqlite3.Connection, attachment_id: str) -> dict[str, Any]:
-    return attachment_to_dict(require_attachment(conn, attachment_id))
-
-
-def list_attachments(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
-    task = require_task(conn, ref)
-    rows = conn.execute(
-        "SELECT * FROM attachments WHERE task_id = ? ORDER BY created_at, rowid", (task["id"],)
-    ).fetchall()
-    return {"items": [attachment_to_dict(row) for row in rows], "next_cursor": None}
 
 
 def check_attachable(conn: sqlite3.Connection, ref: str) -> str:

@@ -10,30 +10,16 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from shared import events, limits
+from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 
-from .. import domain
-from ..activities import decode_cursor, encode_cursor
-from ..queries import require_task, task_to_dict
+from ..queries.comments import comment_to_dict
+from ..queries.tasks import task_to_dict
 from ..store import Tx
 from .common import check_text, load_task, new_id, refuse_archived, reload, set_status
 
 #: ``awaiting_reason`` is the question's first line, cut to fit a card and its activity row.
 AWAITING_REASON_MAX_CHARS = limits.CHANGES_TEXT_MAX_CHARS
-
-
-def comment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "task_id": row["task_id"],
-        "kind": row["kind"],
-        "body": row["body"],
-        "actor_kind": row["actor_kind"],
-        "actor_id": row["actor_id"],
-        "round": row["round"],
-        "created_at": row["created_at"],
-    }
 
 
 def _check_body(body: str, what: str) -> str:
@@ -130,19 +116,3 @@ def ask_question(tx: Tx, ref: str, *, body: str, if_version: int | None = None) 
         project_id=task["project_id"],
     )
     return task_to_dict(reload(tx, task["id"]))
-
-
-def list_comments(conn: sqlite3.Connection, ref: str, *, cursor: str | None = None, limit: int = 100) -> dict[str, Any]:
-    """A task's comments, oldest first, paged by an opaque keyset cursor."""
-    task = require_task(conn, ref)
-    after = decode_cursor(cursor) if cursor is not None else 0
-    rows = conn.execute(
-        "SELECT rowid AS _rowid, * FROM comments WHERE task_id = ? AND rowid > ? ORDER BY rowid LIMIT ?",
-        (task["id"], after, limit + 1),
-    ).fetchall()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {
-        "items": [comment_to_dict(row) for row in rows],
-        "next_cursor": encode_cursor(rows[-1]["_rowid"]) if more else None,
-    }

@@ -13,11 +13,10 @@ from typing import Any
 
 import orjson
 
-from shared import limits
+from shared import domain, limits
 from shared.errors import TaskloomError, validation
 
-from .. import domain
-from ..queries import require_task
+from ..queries.tasks import require_task
 from ..store import Tx
 
 LABEL_MAX_CHARS = limits.LABEL_MAX_CHARS

@@ -8,94 +8,17 @@ repairing a cached count is not, so a GC that archives nothing writes no row.
 
 from __future__ import annotations
 
-import base64
-import sqlite3
 from datetime import timedelta
 from typing import Any
-
-import orjson
 
 from shared import events, limits
 from shared.errors import validation
 from shared.timestamps import format_timestamp, parse_timestamp
 
-from ..queries import require_project
+from ..queries.projects import require_project
 from ..store import SYSTEM_ACTOR, Tx
 
 DEFAULT_TTL_DAYS = 30
-LABEL_FIELDS = ("project_id", "name", "use_count", "created_at", "last_used_at", "archived_at")
-ACTOR_FIELDS = ("kind", "id", "use_count", "first_seen_at", "last_seen_at")
-
-
-def encode_key_cursor(*key: str) -> str:
-    """An opaque cursor over a composite text key (labels and actors have no integer id)."""
-    return base64.urlsafe_b64encode(b"k:" + orjson.dumps(list(key))).decode().rstrip("=")
-
-
-def decode_key_cursor(text: str, width: int) -> list[str]:
-    try:
-        raw = base64.urlsafe_b64decode((text + "=" * (-len(text) % 4)).encode())
-        if not raw.startswith(b"k:"):
-            raise ValueError
-        key = orjson.loads(raw[2:])
-        if not isinstance(key, list) or len(key) != width or not all(isinstance(part, str) for part in key):
-            raise ValueError
-        return key
-    except ValueError as exc:  # binascii.Error and orjson.JSONDecodeError are ValueErrors
-        raise validation("malformed cursor", cursor=text) from exc
-
-
-def _page(rows: list[sqlite3.Row], fields: tuple[str, ...], key: tuple[str, str], limit: int) -> dict[str, Any]:
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {
-        "items": [{name: row[name] for name in fields} for row in rows],
-        "next_cursor": encode_key_cursor(rows[-1][key[0]], rows[-1][key[1]]) if more else None,
-    }
-
-
-def list_labels(
-    conn: sqlite3.Connection,
-    *,
-    project: str | None = None,
-    archived: bool = False,
-    cursor: str | None = None,
-    limit: int = 100,
-) -> dict[str, Any]:
-    """Labels by (project, name); archived ones only when asked for."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if project is not None:
-        require_project(conn, project)
-        clauses.append("project_id = ?")
-        params.append(project)
-    if not archived:
-        clauses.append("archived_at IS NULL")
-    if cursor is not None:
-        clauses.append("(project_id, name) > (?, ?)")
-        params.extend(decode_key_cursor(cursor, 2))
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    rows = conn.execute(
-        f"SELECT * FROM labels {where} ORDER BY project_id, name LIMIT ?", (*params, limit + 1)
-    ).fetchall()
-    return _page(rows, LABEL_FIELDS, ("project_id", "name"), limit)
-
-
-def list_actors(
-    conn: sqlite3.Connection, *, kind: str | None = None, cursor: str | None = None, limit: int = 100
-) -> dict[str, Any]:
-    """The assignee/reporter dictionary by (kind, id)."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if kind is not None:
-        clauses.append("kind = ?")
-        params.append(kind)
-    if cursor is not None:
-        clauses.append("(kind, id) > (?, ?)")
-        params.extend(decode_key_cursor(cursor, 2))
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    rows = conn.execute(f"SELECT * FROM actors {where} ORDER BY kind, id LIMIT ?", (*params, limit + 1)).fetchall()
-    return _page(rows, ACTOR_FIELDS, ("kind", "id"), limit)
 
 
 def gc_labels(

@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shared import events, limits
+from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 from shared.json_bounds import check_free_form
 
-from .. import domain
-from ..queries import get_project, require_project
+from ..queries.projects import get_project, require_project
 from ..store import Tx
 from .common import check_text, dumps
 

@@ -11,26 +11,16 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from shared import events
+from shared import domain, events
 from shared.errors import TaskloomError, not_found, validation
 
-from .. import domain
-from ..queries import require_task
+from ..queries.relations import relation_to_dict
+from ..queries.tasks import require_task
 from ..store import Tx
 from .common import load_task, new_id, refuse_archived
 
 #: ``related`` has no direction: B related A duplicates A related B.
 SYMMETRIC = frozenset({"related"})
-
-
-def relation_to_dict(row: sqlite3.Row) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "type": row["type"],
-        "source_id": row["source_id"],
-        "target_id": row["target_id"],
-        "created_at": row["created_at"],
-    }
 
 
 def _refuse(code: str, message: str, **details: Any) -> TaskloomError:
@@ -166,29 +156,3 @@ def remove_relation(tx: Tx, ref: str, relation_id: str) -> dict[str, Any]:
         project_id=target_row["project_id"],
     )
     return relation_to_dict(row)
-
-
-def list_relations(conn: sqlite3.Connection, ref: str, *, type: str | None = None) -> dict[str, Any]:
-    """Both directions of ``ref``'s relations, each with the task at the other end."""
-    task = require_task(conn, ref)
-    rows = conn.execute(
-        "SELECT r.*, o.identifier AS other_identifier, o.title AS other_title, o.status AS other_status"
-        " FROM relations r JOIN tasks o"
-        "   ON o.id = CASE WHEN r.source_id = :me THEN r.target_id ELSE r.source_id END"
-        " WHERE (r.source_id = :me OR r.target_id = :me) AND (:type IS NULL OR r.type = :type)"
-        " ORDER BY r.created_at, r.rowid",
-        {"me": task["id"], "type": type},
-    ).fetchall()
-    items = []
-    for row in rows:
-        outgoing = row["source_id"] == task["id"]
-        item = relation_to_dict(row)
-        item["direction"] = "outgoing" if outgoing else "incoming"
-        item["other"] = {
-            "id": row["target_id"] if outgoing else row["source_id"],
-            "identifier": row["other_identifier"],
-            "title": row["other_title"],
-            "status": row["other_status"],
-        }
-        items.append(item)
-    return {"items": items, "next_cursor": None}

@@ -12,12 +12,11 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from shared import events
+from shared import domain, events
 from shared.errors import TaskloomError, not_found, validation
 
-from .. import domain
-from ..activities import decode_cursor, encode_cursor
-from ..queries import require_task, task_to_dict
+from ..queries.reports import report_to_dict
+from ..queries.tasks import task_to_dict
 from ..report_format import check_report
 from ..store import Tx
 from .common import load_task, new_id, refuse_archived, reload, require_reason, set_status
@@ -25,18 +24,6 @@ from .tasks import check_move
 
 #: The statuses a report may be written in: the ones with an edge to in_review.
 WRITABLE_STATUSES = ("in_progress", "blocked")
-
-
-def report_to_dict(row: sqlite3.Row) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "task_id": row["task_id"],
-        "round": row["round"],
-        "body": row["body"],
-        "actor_kind": row["actor_kind"],
-        "actor_id": row["actor_id"],
-        "created_at": row["created_at"],
-    }
 
 
 def _check_body(body: str) -> None:
@@ -174,25 +161,3 @@ def waive_report(tx: Tx, ref: str, *, reason: str, if_version: int | None = None
         project_id=task["project_id"],
     )
     return task_to_dict(reload(tx, task["id"]))
-
-
-def list_reports(
-    conn: sqlite3.Connection, ref: str, *, round_: int | None = None, cursor: str | None = None, limit: int = 100
-) -> dict[str, Any]:
-    """A task's reports, oldest first, optionally of one round, paged by an opaque keyset cursor."""
-    task = require_task(conn, ref)
-    clauses = ["task_id = ?", "rowid > ?"]
-    params: list[Any] = [task["id"], decode_cursor(cursor) if cursor is not None else 0]
-    if round_ is not None:
-        clauses.append("round = ?")
-        params.append(round_)
-    rows = conn.execute(
-        f"SELECT rowid AS _rowid, * FROM reports WHERE {' AND '.join(clauses)} ORDER BY rowid LIMIT ?",
-        (*params, limit + 1),
-    ).fetchall()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {
-        "items": [report_to_dict(row) for row in rows],
-        "next_cursor": encode_cursor(rows[-1]["_rowid"]) if more else None,
-    }

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from shared import events
+from shared import domain, events
 
-from .. import domain
 from ..store import SYSTEM_ACTOR, Tx
 from .common import new_id, reload, set_status
 

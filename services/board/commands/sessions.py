@@ -8,32 +8,23 @@ an open session again is a phase update when the phase changed and nothing at al
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from typing import Any
 
-from shared import events, limits
+from shared import domain, events, limits
 from shared.errors import TaskloomError, not_found, validation
 
-from .. import domain
-from ..queries import require_task
+from ..queries.sessions import session_to_dict
 from ..store import Tx
 from .common import check_actor, load_task, refuse_archived
 
 CLOSE_STATUSES = ("completed", "failed", "abandoned")
 PHASE_MAX_CHARS = limits.PHASE_MAX_CHARS
-SESSION_FIELDS = (
-    "id", "task_id", "owner_kind", "owner_id", "seg", "phase", "status", "created_at", "updated_at", "closed_at",
-)
 
 
 def session_id(task_id: str, owner_kind: str, owner_id: str, seg: int) -> str:
     """Deterministic: the same task, owner and segment always name the same session."""
     digest = hashlib.sha256(f"{task_id}\0{owner_kind}\0{owner_id}\0{seg}".encode()).hexdigest()
     return f"ses_{digest[:24]}"
-
-
-def session_to_dict(row: sqlite3.Row) -> dict[str, Any]:
-    return {name: row[name] for name in SESSION_FIELDS}
 
 
 def register_session(
@@ -116,12 +107,3 @@ def close_session(tx: Tx, ref: str, sid: str, *, status: str) -> dict[str, Any]:
         project_id=task["project_id"],
     )
     return session_to_dict(tx.one("SELECT * FROM agent_sessions WHERE id = ?", (sid,)))
-
-
-def list_sessions(conn: sqlite3.Connection, ref: str, *, status: str | None = None) -> dict[str, Any]:
-    task = require_task(conn, ref)
-    rows = conn.execute(
-        "SELECT * FROM agent_sessions WHERE task_id = ? AND (? IS NULL OR status = ?) ORDER BY created_at, seg, rowid",
-        (task["id"], status, status),
-    ).fetchall()
-    return {"items": [session_to_dict(row) for row in rows], "next_cursor": None}

@@ -7,13 +7,13 @@ import sqlite3
 from datetime import timedelta
 from typing import Any
 
-from shared import events, limits
+from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 from shared.json_bounds import check_free_form
 from shared.timestamps import parse_timestamp
 
-from .. import domain
-from ..queries import require_project, task_to_dict
+from ..queries.projects import require_project
+from ..queries.tasks import task_to_dict
 from ..store import Tx
 from . import rollup
 from .common import (

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import domain
+from shared import domain
+
 from ..api import PREFIX, Call, F, Route
 from ..commands import acceptance
+from ..queries.acceptance import get_acceptance
 from .tasks import IF_VERSION
 
 
 async def show(call: Call) -> Any:
-    return await call.store.query(acceptance.get_acceptance, call.path["ref"])
+    return await call.store.query(get_acceptance, call.path["ref"])
 
 
 async def change(call: Call) -> Any:

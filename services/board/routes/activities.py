@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import activities
 from ..api import LIST_QUERY, PREFIX, Call, F, Route
-from ..queries import require_task
+from ..queries import activities
+from ..queries.tasks import require_task
 
 BOARD_QUERY = {
     **LIST_QUERY,

@@ -16,10 +16,11 @@ from typing import Any
 
 import structlog
 
-from .. import activities, auth
+from .. import auth
 from ..api import PREFIX, Call, Route
-from ..stream import TOKEN_ROTATED
-from ..streaming import STREAMS
+from ..client_stream import TOKEN_ROTATED
+from ..keys import CREDENTIALS, STREAMS
+from ..queries import activities
 
 log = structlog.get_logger("taskd")
 #: When this process started serving, for the status answer's uptime.
@@ -27,8 +28,6 @@ _STARTED = time.monotonic()
 
 
 async def rotate_token(call: Call) -> Any:
-    from ..app import CREDENTIALS  # the app module owns the keys; imported late to avoid a cycle
-
     actor = call.actor  # an anonymous rotation is refused like any other write
     path = call.settings.token_path
     token = auth.new_token()

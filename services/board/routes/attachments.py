@@ -17,6 +17,7 @@ from shared.errors import TaskloomError
 
 from ..api import MAX_ATTACHMENT_BYTES, PREFIX, Call, Created, F, Route, read_body
 from ..commands import attachments
+from ..queries.attachments import get_attachment, list_attachments
 from ..store import SYSTEM_ACTOR
 
 TASK = f"{PREFIX}/tasks/{{ref}}"
@@ -38,7 +39,7 @@ async def _purge(call: Call, sha256: str | None) -> None:
 
 
 async def list_(call: Call) -> Any:
-    return await call.store.query(attachments.list_attachments, call.path["ref"])
+    return await call.store.query(list_attachments, call.path["ref"])
 
 
 async def upload(call: Call) -> Any:
@@ -63,7 +64,7 @@ async def upload(call: Call) -> Any:
 
 
 async def download(call: Call) -> web.StreamResponse:
-    meta = await call.store.query(attachments.get_attachment, call.path["id"])
+    meta = await call.store.query(get_attachment, call.path["id"])
     path = attachments.blob_path(_root(call), meta["sha256"])
     loop = asyncio.get_running_loop()
     if not await loop.run_in_executor(None, path.is_file):

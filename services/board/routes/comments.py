@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import domain
+from shared import domain
+
 from ..api import LIST_QUERY, PREFIX, Call, Created, F, Route
 from ..commands import comments
+from ..queries.comments import list_comments
 from .tasks import IF_VERSION
 
 
 async def list_(call: Call) -> Any:
-    return await call.store.query(comments.list_comments, call.path["ref"], **call.query)
+    return await call.store.query(list_comments, call.path["ref"], **call.query)
 
 
 async def add(call: Call) -> Any:

@@ -10,12 +10,13 @@ from aiohttp import hdrs, web
 from shared.errors import TaskloomError, validation
 from shared.events import EVENT_SET, WIRE_NOISE
 
-from .. import activities
 from ..api import PREFIX, Call, F, Route
-from ..queries import require_project, require_task
-from ..stream import HEADERS as STREAM_HEADERS
-from ..stream import Projection, Stream
-from ..streaming import LOG_READER, STREAMS
+from ..client_stream import HEADERS as STREAM_HEADERS
+from ..client_stream import Projection, Stream
+from ..keys import LOG_READER, STREAMS
+from ..queries import activities
+from ..queries.projects import require_project
+from ..queries.tasks import require_task
 
 LAST_EVENT_ID: Final = "Last-Event-ID"
 #: Longest cursor accepted from the header; a revision never needs more (SQLite integers are 64-bit).

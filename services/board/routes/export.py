@@ -7,91 +7,14 @@ the event loop.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from typing import Any
 
 from shared.errors import validation
 
 from .. import brief
-from ..activities import ACTIVITY_COLUMNS, to_frame
 from ..api import PREFIX, Call, F, Route
-from ..queries import require_task, task_to_dict
-
-RELATION_EVENTS = ("relation_added", "relation_removed")
-
-
-def _rows(conn: sqlite3.Connection, sql: str, task_id: str) -> list[dict[str, Any]]:
-    return [dict(row) for row in conn.execute(sql, (task_id,))]
-
-
-def card_snapshot(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
-    """Everything the brief of one card shows, in display order (creation order, rowid breaking ties)."""
-    task = task_to_dict(require_task(conn, ref))
-    task_id = task["id"]
-    relations = [
-        dict(row)
-        for row in conn.execute(
-            "SELECT id, type, source_id, target_id, created_at FROM relations"
-            " WHERE source_id = ?1 OR target_id = ?1 ORDER BY type, created_at, rowid",
-            (task_id,),
-        )
-    ]
-    activities = [
-        to_frame(row)
-        for row in conn.execute(
-            f"SELECT {ACTIVITY_COLUMNS} FROM task_activities WHERE task_id = ? ORDER BY id", (task_id,)
-        )
-    ]
-    # Other cards are named by identifier; collect every task id the relations and their rows name.
-    mentioned = {task_id}
-    for rel in relations:
-        mentioned.update((rel["source_id"], rel["target_id"]))
-    for row in activities:
-        if row["event"] in RELATION_EVENTS:
-            mentioned.update(str(row["changes"].get(end)) for end in ("source", "target") if row["changes"].get(end))
-    identifiers = {
-        row["id"]: row["identifier"]
-        for row in conn.execute(
-            "SELECT id, identifier FROM tasks WHERE id IN (SELECT value FROM json_each(?))",
-            (json.dumps(sorted(mentioned)),),
-        )
-    }
-    return {
-        "task": task,
-        "acceptance": _rows(
-            conn,
-            "SELECT id, position, text, created_at FROM acceptance_items WHERE task_id = ? ORDER BY position, rowid",
-            task_id,
-        ),
-        "comments": _rows(
-            conn,
-            "SELECT id, kind, body, actor_kind, actor_id, round, created_at FROM comments"
-            " WHERE task_id = ? ORDER BY created_at, rowid",
-            task_id,
-        ),
-        "relations": relations,
-        "reports": _rows(
-            conn,
-            "SELECT id, round, body, actor_kind, actor_id, created_at FROM reports"
-            " WHERE task_id = ? ORDER BY round, created_at, rowid",
-            task_id,
-        ),
-        "sessions": _rows(
-            conn,
-            "SELECT id, owner_kind, owner_id, seg, phase, status, created_at, updated_at, closed_at FROM agent_sessions"
-            " WHERE task_id = ? ORDER BY created_at, rowid",
-            task_id,
-        ),
-        "attachments": _rows(
-            conn,
-            "SELECT id, filename, content_type, size, sha256, created_at, updated_at FROM attachments"
-            " WHERE task_id = ? ORDER BY created_at, rowid",
-            task_id,
-        ),
-        "activities": activities,
-        "identifiers": identifiers,
-    }
+from ..queries.cards import card_snapshot
 
 
 def export_card(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:

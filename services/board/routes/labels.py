@@ -6,6 +6,7 @@ from typing import Any
 
 from ..api import LIST_QUERY, PREFIX, Call, F, Route
 from ..commands import labels
+from ..queries import labels as label_reads
 
 GC_BODY = {
     "project": F("str", description="limit the GC to one project (default: the whole board)"),
@@ -16,7 +17,7 @@ GC_BODY = {
 
 
 async def list_labels(call: Call) -> Any:
-    return await call.store.query(labels.list_labels, **call.query)
+    return await call.store.query(label_reads.list_labels, **call.query)
 
 
 async def gc(call: Call) -> Any:
@@ -24,7 +25,7 @@ async def gc(call: Call) -> Any:
 
 
 async def list_actors(call: Call) -> Any:
-    return await call.store.query(labels.list_actors, **call.query)
+    return await call.store.query(label_reads.list_actors, **call.query)
 
 
 ROUTES = [

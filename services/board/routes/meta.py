@@ -6,11 +6,11 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import activities
 from ..api import PREFIX, Call, Route, json_response
-from ..stream import SESSION_ENDED
-from ..streaming import STREAMS
+from ..client_stream import SESSION_ENDED
+from ..keys import CREDENTIALS, SESSION, STREAMS
 from ..openapi import describe
+from ..queries import activities
 
 VERSION = "0.1.0"
 
@@ -36,8 +36,6 @@ async def openapi(call: Call) -> Any:
 
 
 async def login_link(call: Call) -> Any:
-    from ..app import CREDENTIALS
-
     code = call.request.app[CREDENTIALS].new_login_code()
     base = f"{call.request.scheme}://{call.request.host}"
     return {"url": f"{base}/login?code={code}"}
@@ -45,8 +43,6 @@ async def login_link(call: Call) -> Any:
 
 async def logout(call: Call) -> web.StreamResponse:
     """End the browser session the request carries, on the board and in the browser."""
-    from ..app import CREDENTIALS, SESSION
-
     credentials = call.request.app[CREDENTIALS]
     session = credentials.check_session(call.request.cookies.get(credentials.cookie_name))
     if session is not None:

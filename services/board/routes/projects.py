@@ -6,7 +6,7 @@ from typing import Any
 
 from ..api import PREFIX, Call, Created, F, Route
 from ..commands import projects
-from ..queries import get_project, list_projects
+from ..queries.projects import get_project, list_projects
 
 PROJECT_BODY = {
     "id": F("str", required=True, description="slug: a-z, 0-9, '-'; the identifier prefix is its upper case"),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import domain
+from shared import domain
+
 from ..api import PREFIX, Call, Created, F, Route
 from ..commands import relations
+from ..queries.relations import list_relations
 
 TASK = f"{PREFIX}/tasks/{{ref}}"
 ADD_BODY = {
@@ -17,7 +19,7 @@ ADD_BODY = {
 
 
 async def list_(call: Call) -> Any:
-    return await call.store.query(relations.list_relations, call.path["ref"], **call.query)
+    return await call.store.query(list_relations, call.path["ref"], **call.query)
 
 
 async def add(call: Call) -> Any:

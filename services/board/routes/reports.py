@@ -7,6 +7,7 @@ from typing import Any
 from .. import report_format
 from ..api import LIST_QUERY, PREFIX, Call, Created, F, Route
 from ..commands import reports
+from ..queries.reports import list_reports
 from .tasks import IF_VERSION
 
 
@@ -23,7 +24,7 @@ async def list_(call: Call) -> Any:
     query = dict(call.query)
     if "round" in query:
         query["round_"] = query.pop("round")
-    return await call.store.query(reports.list_reports, call.path["ref"], **query)
+    return await call.store.query(list_reports, call.path["ref"], **query)
 
 
 async def write(call: Call) -> Any:

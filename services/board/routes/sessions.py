@@ -6,6 +6,7 @@ from typing import Any
 
 from ..api import PREFIX, Call, Created, F, Route
 from ..commands import sessions
+from ..queries.sessions import list_sessions
 
 TASK = f"{PREFIX}/tasks/{{ref}}"
 REGISTER_BODY = {
@@ -18,7 +19,7 @@ STATUSES = ("open", *sessions.CLOSE_STATUSES)
 
 
 async def list_(call: Call) -> Any:
-    return await call.store.query(sessions.list_sessions, call.path["ref"], **call.query)
+    return await call.store.query(list_sessions, call.path["ref"], **call.query)
 
 
 async def register(call: Call) -> Any:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared import domain
 from shared.errors import validation
 
-from .. import domain
 from ..api import LIST_QUERY, PREFIX, Call, Created, F, Route
 from ..commands import tasks
 from ..commands.common import normalise_label
-from ..queries import get_task, list_tasks
+from ..queries.tasks import get_task, list_tasks
 
 IF_VERSION = F("int", minimum=1, description="refuse with 409 VERSION_CONFLICT unless the task is at this version")
 

@@ -5,14 +5,14 @@ Every function takes a read connection (``store.query(fn, ...)``) so one call is
 
 from __future__ import annotations
 
-import base64
 import sqlite3
 from typing import Any
 
 import orjson
 
-from shared.errors import validation
 from shared.limits import MAX_CHANGES_BYTES, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
+
+from .paging import decode_cursor, page
 
 ACTIVITY_COLUMNS = "id, task_id, project_id, actor_kind, actor_id, event, changes_json, revision, created_at"
 REPLAY_PAGE = 500
@@ -60,22 +60,6 @@ def replay_after(conn: sqlite3.Connection, cursor: int, limit: int = REPLAY_PAGE
     ).fetchall()
 
 
-def encode_cursor(value: int) -> str:
-    return base64.urlsafe_b64encode(f"a:{value}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(text: str) -> int:
-    """Opaque keyset cursors; a malformed one is a clear 400, never a silent restart."""
-    try:
-        padded = text + "=" * (-len(text) % 4)
-        kind, _, value = base64.urlsafe_b64decode(padded.encode()).decode().partition(":")
-        if kind != "a" or not value.isdigit():
-            raise ValueError
-        return int(value)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise validation("malformed cursor", cursor=text) from exc
-
-
 def list_activities(
     conn: sqlite3.Connection,
     *,
@@ -116,9 +100,4 @@ def list_activities(
         f"SELECT {ACTIVITY_COLUMNS} FROM task_activities {where} ORDER BY id {direction} LIMIT ?",
         (*params, limit + 1),
     ).fetchall()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {
-        "items": [to_frame(row) for row in rows],
-        "next_cursor": encode_cursor(rows[-1]["id"]) if more else None,
-    }
+    return page(rows, limit=limit, item=to_frame, key=lambda row: row["id"])

@@ -1,4 +1,4 @@
-"""Read-side views of board state, shared by routes, commands and the export renderer."""
+"""Tasks as the board answers them: by uuid or identifier, and filtered pages in creation order."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import orjson
 
 from shared.errors import not_found
 
-from .activities import decode_cursor, encode_cursor
+from .paging import decode_cursor, page
 
 TASK_FIELDS = (
     "id", "identifier", "project_id", "number", "title", "description", "kind", "priority", "status",
@@ -28,21 +28,6 @@ def task_to_dict(row: sqlite3.Row) -> dict[str, Any]:
     return task
 
 
-def project_to_dict(row: sqlite3.Row) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "name": row["name"],
-        "prefix": row["prefix"],
-        "workspace_path": row["workspace_path"],
-        "readme": row["readme"],
-        "meta": orjson.loads(row["meta_json"]),
-        "settings": orjson.loads(row["settings_json"]),
-        "revision": row["revision"],
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
-    }
-
-
 def find_task(conn: sqlite3.Connection, ref: str) -> sqlite3.Row | None:
     """A task by uuid or by identifier (``PREFIX-0001``, case-insensitive)."""
     row = conn.execute("SELECT * FROM tasks WHERE id = ?", (ref,)).fetchone()
@@ -58,24 +43,8 @@ def require_task(conn: sqlite3.Connection, ref: str) -> sqlite3.Row:
     return row
 
 
-def require_project(conn: sqlite3.Connection, project_id: str) -> sqlite3.Row:
-    row = conn.execute("SELECT * FROM projects WHERE id = ?", (project_id,)).fetchone()
-    if row is None:
-        raise not_found("project", project_id)
-    return row
-
-
 def get_task(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
     return task_to_dict(require_task(conn, ref))
-
-
-def get_project(conn: sqlite3.Connection, project_id: str) -> dict[str, Any]:
-    return project_to_dict(require_project(conn, project_id))
-
-
-def list_projects(conn: sqlite3.Connection) -> dict[str, Any]:
-    rows = conn.execute("SELECT * FROM projects ORDER BY id").fetchall()
-    return {"items": [project_to_dict(row) for row in rows], "next_cursor": None}
 
 
 def list_tasks(
@@ -117,9 +86,4 @@ def list_tasks(
     rows = conn.execute(
         f"SELECT rowid AS _rowid, * FROM tasks {where} ORDER BY rowid LIMIT ?", (*params, limit + 1)
     ).fetchall()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {
-        "items": [task_to_dict(row) for row in rows],
-        "next_cursor": encode_cursor(rows[-1]["_rowid"]) if more else None,
-    }
+    return page(rows, limit=limit, item=task_to_dict, key=lambda row: row["_rowid"])

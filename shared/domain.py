@@ -1,4 +1,8 @@
-"""Domain vocabulary of the board: statuses and their graph, kinds, priorities, limits (SPEC §4)."""
+"""The product's vocabulary: statuses and their graph, kinds, priorities, limits (SPEC §4).
+
+The board enforces it, taskctl offers its choices, and the page keeps a literal copy (it has no
+build step) that tests/contract/test_page_vocabulary.py holds equal to these tables.
+"""
 
 from __future__ import annotations
 

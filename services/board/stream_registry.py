@@ -1,6 +1,6 @@
 """Live streaming machinery of the board: the log reader and the registry of open streams.
 
-``setup(app)`` attaches both to the application's lifecycle: the reader and the registry's
+``setup(app, ...)`` attaches both to the application's lifecycle: the reader and the registry's
 sweeper start with the app and are cancelled and awaited at cleanup; on shutdown (which aiohttp
 runs before cleanup) every open stream gets ``event: shutdown`` and is closed (SPEC §6.5).
 """
@@ -16,9 +16,11 @@ from aiohttp import web
 
 from shared.errors import TaskloomError
 
+from .client_stream import DISCONNECTED, SERVER_STOPPING, Stream
 from .descriptors import fewer_free_than
 from .logreader import LogReader
-from .stream import DISCONNECTED, SERVER_STOPPING, Stream
+from .settings import BoardSettings
+from .store import SqliteStore
 
 log = structlog.get_logger("taskd.streaming")
 
@@ -135,17 +137,11 @@ class StreamRegistry:
                     stream.ping(now, self.ping_interval)
 
 
-LOG_READER = web.AppKey("log_reader", LogReader)
-STREAMS = web.AppKey("streams", StreamRegistry)
-
-
-def setup(app: web.Application) -> None:
-    """Attach the log reader and the stream registry to the app's lifecycle."""
-    from .app import SETTINGS, STORE  # app.py imports this module; the keys live there
-
-    settings = app[SETTINGS]
-    reader = app[LOG_READER] = LogReader(app[STORE], poll_interval=settings.external_poll_interval)
-    registry = app[STREAMS] = StreamRegistry(
+def setup(app: web.Application, *, settings: BoardSettings, store: SqliteStore) -> tuple[LogReader, StreamRegistry]:
+    """A log reader and a stream registry tied to the app's lifecycle; the app keeps both under
+    its keys (``keys.LOG_READER``, ``keys.STREAMS``), so this module needs none of them."""
+    reader = LogReader(store, poll_interval=settings.external_poll_interval)
+    registry = StreamRegistry(
         max_streams=settings.max_streams,
         ping_interval=settings.ping_interval,
         lifetime=settings.stream_lifetime,
@@ -168,3 +164,4 @@ def setup(app: web.Application) -> None:
 
     app.cleanup_ctx.append(lifecycle)
     app.on_shutdown.append(on_shutdown)
+    return reader, registry

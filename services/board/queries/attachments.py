@@ -1,0 +1,36 @@
+"""Attachments' metadata (the bytes are blobs on disk, read by the route)."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from shared.errors import not_found
+
+from .paging import whole
+from .tasks import require_task
+
+ATTACHMENT_FIELDS = ("id", "task_id", "filename", "content_type", "size", "sha256", "created_at", "updated_at")
+
+
+def attachment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+    return {name: row[name] for name in ATTACHMENT_FIELDS}
+
+
+def require_attachment(conn: sqlite3.Connection, attachment_id: str) -> sqlite3.Row:
+    row = conn.execute("SELECT * FROM attachments WHERE id = ?", (attachment_id,)).fetchone()
+    if row is None:
+        raise not_found("attachment", attachment_id)
+    return row
+
+
+def get_attachment(conn: sqlite3.Connection, attachment_id: str) -> dict[str, Any]:
+    return attachment_to_dict(require_attachment(conn, attachment_id))
+
+
+def list_attachments(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
+    task = require_task(conn, ref)
+    rows = conn.execute(
+        "SELECT * FROM attachments WHERE task_id = ? ORDER BY created_at, rowid", (task["id"],)
+    ).fetchall()
+    return whole([attachment_to_dict(row) for row in rows])

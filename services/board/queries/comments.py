@@ -1,0 +1,33 @@
+"""A task's comments, oldest first."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from .paging import decode_cursor, page
+from .tasks import require_task
+
+
+def comment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "task_id": row["task_id"],
+        "kind": row["kind"],
+        "body": row["body"],
+        "actor_kind": row["actor_kind"],
+        "actor_id": row["actor_id"],
+        "round": row["round"],
+        "created_at": row["created_at"],
+    }
+
+
+def list_comments(conn: sqlite3.Connection, ref: str, *, cursor: str | None = None, limit: int = 100) -> dict[str, Any]:
+    """A task's comments, oldest first, paged by an opaque keyset cursor."""
+    task = require_task(conn, ref)
+    after = decode_cursor(cursor) if cursor is not None else 0
+    rows = conn.execute(
+        "SELECT rowid AS _rowid, * FROM comments WHERE task_id = ? AND rowid > ? ORDER BY rowid LIMIT ?",
+        (task["id"], after, limit + 1),
+    ).fetchall()
+    return page(rows, limit=limit, item=comment_to_dict, key=lambda row: row["_rowid"])

@@ -1,0 +1,43 @@
+"""Projects as the board answers them: one by id, or all of them."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import orjson
+
+from shared.errors import not_found
+
+from .paging import whole
+
+
+def project_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "name": row["name"],
+        "prefix": row["prefix"],
+        "workspace_path": row["workspace_path"],
+        "readme": row["readme"],
+        "meta": orjson.loads(row["meta_json"]),
+        "settings": orjson.loads(row["settings_json"]),
+        "revision": row["revision"],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+    }
+
+
+def require_project(conn: sqlite3.Connection, project_id: str) -> sqlite3.Row:
+    row = conn.execute("SELECT * FROM projects WHERE id = ?", (project_id,)).fetchone()
+    if row is None:
+        raise not_found("project", project_id)
+    return row
+
+
+def get_project(conn: sqlite3.Connection, project_id: str) -> dict[str, Any]:
+    return project_to_dict(require_project(conn, project_id))
+
+
+def list_projects(conn: sqlite3.Connection) -> dict[str, Any]:
+    rows = conn.execute("SELECT * FROM projects ORDER BY id").fetchall()
+    return whole([project_to_dict(row) for row in rows])
