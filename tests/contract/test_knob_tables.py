@@ -193,7 +193,8 @@ def test_the_page_limit_is_written_once() -> None:
     (backfill,) = re.findall(r"BACKFILL_LIMIT = (\d+);", (static / "feed.js").read_text(encoding="utf-8"))
     (everything,) = re.findall(r"async all\(path, \{ limit = (\d+) \}", (static / "api.js").read_text(encoding="utf-8"))
     assert int(backfill) == int(everything) == limits.PAGE_LIMIT_MAX
-    from services.board import activities, api
+    from services.board import api
+    from services.board.queries import activities
 
     assert api.LIST_QUERY["limit"].maximum == limits.PAGE_LIMIT_MAX
     assert (activities.MAX_LIMIT, activities.DEFAULT_LIMIT) == (limits.PAGE_LIMIT_MAX, limits.PAGE_LIMIT_DEFAULT)
