@@ -67,6 +67,15 @@ def _integral(value: Any) -> Any:
     return value
 
 
+def _echo(value: Any) -> Any:
+    """``value`` as an error's ``details`` may carry it: an integer past 64 bits (which a decoder
+    that keeps integers exact hands over as an int) as its decimal text, since orjson cannot
+    encode it and the answer would become a 500."""
+    if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
+        return str(value)
+    return value
+
+
 def _check_value(name: str, spec: F, value: Any) -> Any:
     if value is None:
         if spec.nullable:
@@ -77,7 +86,7 @@ def _check_value(name: str, spec: F, value: Any) -> Any:
     expected = _PY_TYPES[spec.type]
     # bool is an int in Python; a JSON true is never a valid count.
     if not isinstance(value, expected) or (spec.type == "int" and isinstance(value, bool)):
-        raise validation(f"{name} must be of type {spec.type}", field=name, value=value)
+        raise validation(f"{name} must be of type {spec.type}", field=name, value=_echo(value))
     texts = [value] if spec.type == "str" else value if spec.items == "str" else []
     if any("\x00" in text for text in texts if isinstance(text, str)):
         # U+0000 ends a text for SQLite's length() (its CHECKs would judge another text than the

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from shared import domain
+from shared import domain, limits
 from shared.events import EVENT_SET, WIRE_NOISE
 
 from .api import PREFIX
@@ -66,34 +66,96 @@ FILENAME_PATTERN: Final = (
 )
 ABSOLUTE_PATH: Final = "^/"
 
+# -- free-form JSON (task meta, project meta and settings): shared/json_bounds.check_free_form ----
+
+#: Every number a client sends fits a signed 64-bit integer (orjson reads a longer integer literal
+#: as a float, which SQLite would store rounded). The board refuses a float of magnitude 2^63 or
+#: more, so the single float -2^63.0 is refused although it equals ``minimum``: JSON Schema's
+#: numbers have no "written as a float".
+NUMBER_RANGE: Final = {"minimum": limits.INT64_MIN, "maximum": limits.INT64_MAX}
+#: The JSON types, with the number range on ``number`` (and so on ``integer``).
+_JSON_TYPES: Final = ["null", "boolean", "string", "number", "object", "array"]
+
+
+def json_level(level: int) -> str:
+    """The component name of a JSON value nested at ``level`` (the field itself is level 1)."""
+    return f"JsonLevel{level:02d}"
+
+
+def _json_levels() -> dict[str, dict[str, Any]]:
+    """One component per nesting level, each pointing at the next, so the depth limit is exact:
+    a container is allowed down to ``MAX_JSON_DEPTH``, and below it only scalars. A recursive
+    ``$ref`` could not say where the nesting stops; one shared ``$ref`` per level keeps the
+    document linear in the depth."""
+    levels: dict[str, dict[str, Any]] = {
+        json_level(limits.MAX_JSON_DEPTH + 1): {"type": ["null", "boolean", "string", "number"], **NUMBER_RANGE},
+    }
+    for level in range(limits.MAX_JSON_DEPTH, 1, -1):
+        inner = ref(json_level(level + 1))
+        levels[json_level(level)] = {"type": _JSON_TYPES, **NUMBER_RANGE, "additionalProperties": inner, "items": inner}
+    return levels
+
+
+#: A free-form object field; its encoded size is checked too, which JSON Schema cannot state.
+FREE_FORM: Final = {
+    "additionalProperties": {"$ref": f"#/components/schemas/{json_level(2)}"},
+    "description": (
+        f"free-form JSON object: at most {limits.MAX_JSON_DEPTH} levels of arrays and objects, every number"
+        f" a signed 64-bit integer's range, at most {limits.MAX_JSON_FIELD_BYTES} bytes as JSON"
+    ),
+}
+
 # -- request constraints, by (METHOD, path, where, name) ----------------------------------------
 
 TASK = f"{PREFIX}/tasks/{{ref}}"
-REASON: Final = {"pattern": at_least(domain.MIN_REASON_CHARS)}
+#: common.check_reason counts the text as sent; require_reason then wants enough once stripped.
+REASON: Final = {"pattern": at_least(domain.MIN_REASON_CHARS), "maxLength": limits.REASON_MAX_CHARS}
+OPTIONAL_REASON: Final = {"maxLength": limits.REASON_MAX_CHARS}
 TITLE: Final = {"pattern": stripped_length(domain.TITLE_MAX_CHARS)}
-ACTOR_KIND: Final = {"pattern": ACTOR_KIND_PATTERN}
-ACTOR_ID: Final = {"pattern": NON_BLANK}
+#: common.check_actor: the text as sent, before the role-word and blank checks.
+ACTOR_KIND: Final = {"pattern": ACTOR_KIND_PATTERN, "maxLength": limits.ACTOR_KIND_MAX_CHARS}
+ACTOR_ID: Final = {"pattern": NON_BLANK, "maxLength": limits.ACTOR_ID_MAX_CHARS}
 LABELS: Final = {"items": {"type": "string", "pattern": LABEL_PATTERN}}
+DESCRIPTION: Final = {"maxLength": limits.DESCRIPTION_MAX_CHARS}
+README: Final = {"maxLength": limits.README_MAX_CHARS}
+WORKSPACE_PATH: Final = {"pattern": ABSOLUTE_PATH, "maxLength": limits.WORKSPACE_PATH_MAX_CHARS}
+COMMENT: Final = {"pattern": NON_BLANK, "maxLength": limits.COMMENT_MAX_CHARS}
+#: report_format counts UTF-8 bytes; a text of more characters than that is more bytes too
+#: (the refusal of a shorter text with many multi-byte characters is a 422, not a schema rule).
+REPORT_BODY: Final = {"maxLength": limits.REPORT_MAX_BYTES}
 
 FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
     ("POST", f"{PREFIX}/projects", "body", "id"): {"pattern": SLUG_PATTERN},
     ("POST", f"{PREFIX}/projects", "body", "name"): {"maxLength": domain.PROJECT_NAME_MAX_CHARS},
-    ("POST", f"{PREFIX}/projects", "body", "workspace_path"): {"pattern": ABSOLUTE_PATH},
+    ("POST", f"{PREFIX}/projects", "body", "workspace_path"): WORKSPACE_PATH,
+    ("POST", f"{PREFIX}/projects", "body", "readme"): README,
+    ("POST", f"{PREFIX}/projects", "body", "meta"): FREE_FORM,
+    ("POST", f"{PREFIX}/projects", "body", "settings"): FREE_FORM,
     ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "name"): {"minLength": 1, "maxLength": domain.PROJECT_NAME_MAX_CHARS},
-    ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "workspace_path"): {"pattern": ABSOLUTE_PATH},
+    ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "workspace_path"): WORKSPACE_PATH,
+    ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "meta"): FREE_FORM,
+    ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "settings"): FREE_FORM,
+    ("PUT", f"{PREFIX}/projects/{{id}}/readme", "body", "readme"): README,
     ("GET", f"{PREFIX}/tasks", "query", "label"): {"pattern": LABEL_PATTERN},
     ("POST", f"{PREFIX}/tasks", "body", "title"): TITLE,
+    ("POST", f"{PREFIX}/tasks", "body", "description"): DESCRIPTION,
     ("POST", f"{PREFIX}/tasks", "body", "labels"): LABELS,
     ("POST", f"{PREFIX}/tasks", "body", "assignee_kind"): ACTOR_KIND,
     ("POST", f"{PREFIX}/tasks", "body", "reporter_kind"): ACTOR_KIND,
     ("POST", f"{PREFIX}/tasks", "body", "assignee_id"): ACTOR_ID,
     ("POST", f"{PREFIX}/tasks", "body", "reporter_id"): ACTOR_ID,
+    ("POST", f"{PREFIX}/tasks", "body", "meta"): FREE_FORM,
+    ("POST", f"{PREFIX}/tasks", "body", "idem"): {"maxLength": limits.IDEM_MAX_CHARS},
     ("PATCH", TASK, "body", "title"): TITLE,
+    ("PATCH", TASK, "body", "description"): DESCRIPTION,
     ("PATCH", TASK, "body", "labels"): LABELS,
     ("PATCH", TASK, "body", "assignee_kind"): ACTOR_KIND,
     ("PATCH", TASK, "body", "reporter_kind"): ACTOR_KIND,
     ("PATCH", TASK, "body", "assignee_id"): ACTOR_ID,
     ("PATCH", TASK, "body", "reporter_id"): ACTOR_ID,
+    ("PATCH", TASK, "body", "meta"): FREE_FORM,
+    ("POST", f"{TASK}/claim", "body", "reason"): OPTIONAL_REASON,
+    ("POST", f"{TASK}/move", "body", "reason"): OPTIONAL_REASON,
     ("POST", f"{TASK}/reopen", "body", "reason"): REASON,
     ("POST", f"{TASK}/waive", "body", "reason"): REASON,
     ("POST", f"{TASK}/acceptance", "body", "reason"): REASON,
@@ -102,8 +164,10 @@ FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
         "uniqueItems": True,
     },
     ("DELETE", f"{TASK}/acceptance/{{item}}", "query", "reason"): REASON,
-    ("POST", f"{TASK}/comments", "body", "body"): {"pattern": NON_BLANK},
-    ("POST", f"{TASK}/ask", "body", "body"): {"pattern": NON_BLANK},
+    ("POST", f"{TASK}/comments", "body", "body"): COMMENT,
+    ("POST", f"{TASK}/ask", "body", "body"): COMMENT,
+    ("POST", f"{TASK}/report", "body", "body"): REPORT_BODY,
+    ("POST", f"{TASK}/deliver", "body", "body"): REPORT_BODY,
     ("POST", f"{TASK}/sessions", "body", "phase"): {"pattern": stripped_length(sessions.PHASE_MAX_CHARS)},
     ("POST", f"{TASK}/sessions", "body", "owner_kind"): ACTOR_KIND,
     ("POST", f"{TASK}/sessions", "body", "owner_id"): ACTOR_ID,
@@ -253,6 +317,7 @@ COMPONENTS: Final[dict[str, dict[str, Any]]] = {
         "created_at": STRING,
     }),
 }
+COMPONENTS.update(_json_levels())
 COMPONENTS["ListedRelation"] = closed({
     **COMPONENTS["Relation"]["properties"],
     "direction": {"type": "string", "enum": ["outgoing", "incoming"]},

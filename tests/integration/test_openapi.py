@@ -6,20 +6,23 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import jsonschema
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from services.board import schemas
+from services.board import report_format, schemas
 from services.board.api import INT_MAX, INT_MIN, PREFIX, check_query
 from services.board.commands import attachments as attachment_commands
+from services.board.commands import comments as comment_commands
 from services.board.commands import projects as project_commands
 from services.board.commands import tasks as task_commands
-from services.board.commands.common import normalise_label, require_reason
+from services.board.commands.common import check_actor, check_reason, normalise_label, require_reason
 from services.board.openapi import describe
 from services.board.routes import ALL_ROUTES
-from shared import domain
+from shared import domain, limits
 from shared.errors import ERROR_STATUS, TaskloomError
+from shared.json_bounds import check_free_form
 from tests.support import openapi_guard
 from tests.support.board import API, BoardClient, RunningBoard
 
@@ -222,3 +225,154 @@ def test_a_list_query_pattern_is_its_parser(text: str) -> None:
     status = next(p for p in document["paths"][f"{PREFIX}/tasks"]["get"]["parameters"] if p["name"] == "status")
     spec = next(route for route in ALL_ROUTES if route.path == f"{PREFIX}/tasks" and route.method == "GET").query["status"]
     assert matches(status["schema"]["pattern"], text) == accepts(lambda value: check_query({"status": value}, {"status": spec}), text)
+
+
+# Every text cap of shared/limits.py is in the document, equal to the validator's own limit.
+
+#: (METHOD, path, where, field) → the check the command runs on that text as sent.
+TEXT_CHECKS: dict[tuple[str, str, str, str], Callable[[str], Any]] = {
+    **{
+        (method, path, "body", f"{role}_kind"): lambda value, role=role: check_actor(value, "ann", role)
+        for method, path in (("POST", f"{PREFIX}/tasks"), ("PATCH", schemas.TASK))
+        for role in ("assignee", "reporter")
+    },
+    **{
+        (method, path, "body", f"{role}_id"): lambda value, role=role: check_actor("human", value, role)
+        for method, path in (("POST", f"{PREFIX}/tasks"), ("PATCH", schemas.TASK))
+        for role in ("assignee", "reporter")
+    },
+    ("POST", f"{schemas.TASK}/sessions", "body", "owner_kind"): lambda value: check_actor(value, "ann", "owner"),
+    ("POST", f"{schemas.TASK}/sessions", "body", "owner_id"): lambda value: check_actor("human", value, "owner"),
+    ("POST", f"{PREFIX}/tasks", "body", "description"): lambda value: task_commands._check_fields(description=value),
+    ("PATCH", schemas.TASK, "body", "description"): lambda value: task_commands._check_fields(description=value),
+    ("POST", f"{PREFIX}/tasks", "body", "idem"): lambda value: task_commands._check_fields(idem=value),
+    **{
+        ("POST", f"{schemas.TASK}/{action}", "body", "reason"): check_reason for action in ("claim", "move")
+    },
+    **{
+        key: lambda value: require_reason(value, "x")
+        for key in (
+            ("POST", f"{schemas.TASK}/reopen", "body", "reason"),
+            ("POST", f"{schemas.TASK}/waive", "body", "reason"),
+            ("POST", f"{schemas.TASK}/acceptance", "body", "reason"),
+            ("DELETE", f"{schemas.TASK}/acceptance/{{item}}", "query", "reason"),
+        )
+    },
+    ("POST", f"{schemas.TASK}/comments", "body", "body"): lambda value: comment_commands._check_body(value, "x"),
+    ("POST", f"{schemas.TASK}/ask", "body", "body"): lambda value: comment_commands._check_body(value, "x"),
+    ("POST", f"{PREFIX}/projects", "body", "readme"): lambda value: project_commands._check_free_fields(value, None, None),
+    ("PUT", f"{PREFIX}/projects/{{id}}/readme", "body", "readme"): lambda value: project_commands._check_free_fields(value, None, None),
+    ("POST", f"{PREFIX}/projects", "body", "workspace_path"): lambda value: project_commands._check_workspace("/" + value[1:]),
+    ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "workspace_path"): lambda value: project_commands._check_workspace("/" + value[1:]),
+    ("POST", f"{PREFIX}/projects", "body", "name"): project_commands._check_name,
+    ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "name"): project_commands._check_name,
+}
+#: Texts bounded by their pattern (whose own tests are above), and texts that only name something
+#: that must exist (a lookup answers 404 or an empty page, so no length can make them invalid).
+PATTERN_BOUNDED = {"title", "phase", "filename", "label", "id"}
+REPORT_BODIES = {("POST", f"{schemas.TASK}/{action}", "body", "body") for action in ("report", "deliver")}
+LOOKUPS = {"cursor", "project", "assignee", "actor", "kind", "task", "target", "ref", "report_id"}
+
+
+def text_fields() -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    """Every free-text field of the document (no enum), with its schema."""
+    document = describe(ALL_ROUTES, version="test")
+    found: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for route in ALL_ROUTES:
+        operation = document["paths"][route.path][route.method.lower()]
+        for name, spec in route.query.items():
+            if spec.type == "str" and spec.enum is None:
+                found[(route.method, route.path, "query", name)] = next(
+                    p["schema"] for p in operation["parameters"] if p["name"] == name and p["in"] == "query"
+                )
+        for name, spec in (route.body or {}).items():
+            if spec.type == "str" and spec.enum is None:
+                body = operation["requestBody"]["content"]["application/json"]["schema"]
+                found[(route.method, route.path, "body", name)] = body["properties"][name]
+    return found
+
+
+def test_every_free_text_is_capped_by_the_document_or_only_names_something() -> None:
+    for key, schema in text_fields().items():
+        name = key[3]
+        if key in TEXT_CHECKS or key in REPORT_BODIES:
+            assert "maxLength" in schema, key
+        else:
+            assert name in PATTERN_BOUNDED | LOOKUPS, f"{key}: a text without a documented cap"
+
+
+@pytest.mark.parametrize("key", sorted(TEXT_CHECKS), ids=lambda key: f"{key[0]} {key[1]} {key[3]}")
+def test_each_documented_cap_is_the_validators_limit(key: tuple[str, str, str, str]) -> None:
+    check = TEXT_CHECKS[key]
+    cap = text_fields()[key]["maxLength"]
+    longest = "/" + "a" * (cap - 2) + "b"
+    assert len(longest) == cap and accepts(check, longest), f"{key}: {cap} characters are refused"
+    assert not accepts(check, longest + "c"), f"{key}: {cap + 1} characters are accepted"
+
+
+def test_the_report_cap_is_the_report_checks() -> None:
+    """Counted in UTF-8 bytes, so the character cap is the byte cap: more characters are more bytes."""
+    for key in REPORT_BODIES:
+        assert text_fields()[key]["maxLength"] == report_format.MAX_REPORT_BYTES
+    assert any("bytes" in problem for problem in report_format.check_report("a" * (report_format.MAX_REPORT_BYTES + 1)))
+
+
+# Free-form JSON: the document's schema says yes exactly when check_free_form does (below its
+# byte limit, which JSON Schema cannot state).
+
+BOUNDARY_NUMBERS = st.sampled_from([
+    INT_MIN, INT_MIN + 1, INT_MAX, INT_MAX + 1, INT_MIN - 1, 2**64, 0, -1, 1.5, -2.5e-300,
+    float(2**63), float(INT_MAX - 1023), -float(INT_MAX - 1023), 2.16e134, -1e19, 1e300, 6975204920642912741490688,
+])
+SCALARS = st.one_of(st.none(), st.booleans(), st.text(max_size=4), st.integers(), st.floats(allow_nan=False, allow_infinity=False), BOUNDARY_NUMBERS)
+
+
+def nested(depth: int, leaf: Any) -> Any:
+    for level in range(depth):
+        leaf = [leaf] if level % 2 else {"k": leaf}
+    return leaf
+
+
+JSON_VALUES = st.one_of(
+    st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)), max_leaves=8),
+    st.builds(nested, st.integers(min_value=limits.MAX_JSON_DEPTH - 3, max_value=limits.MAX_JSON_DEPTH + 2), SCALARS),
+)
+
+
+def leaves(value: Any) -> list[Any]:
+    """The scalars of a JSON value (floats compare equal to ints of the same value)."""
+    if isinstance(value, dict):
+        return [leaf for child in value.values() for leaf in leaves(child)]
+    if isinstance(value, list):
+        return [leaf for child in value for leaf in leaves(child)]
+    return [value] if isinstance(value, float) else []
+
+
+def free_form_validator(where: tuple[str, str, str]) -> Any:
+    document = describe(ALL_ROUTES, version="test")
+    method, path, name = where
+    body = document["paths"][path][method.lower()]["requestBody"]["content"]["application/json"]["schema"]
+    return jsonschema.Draft202012Validator({**body["properties"][name], "components": document["components"]})
+
+
+FREE_FORM_FIELDS = [
+    ("POST", f"{PREFIX}/tasks", "meta"), ("PATCH", schemas.TASK, "meta"),
+    ("POST", f"{PREFIX}/projects", "meta"), ("POST", f"{PREFIX}/projects", "settings"),
+    ("PATCH", f"{PREFIX}/projects/{{id}}", "meta"), ("PATCH", f"{PREFIX}/projects/{{id}}", "settings"),
+]
+
+
+def test_every_free_form_field_carries_the_bounds() -> None:
+    for where in FREE_FORM_FIELDS:
+        schema = free_form_validator(where).schema
+        assert schema["type"] == "object" and schema["additionalProperties"] == schemas.ref(schemas.json_level(2)), where
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(FREE_FORM_FIELDS), JSON_VALUES)
+def test_the_free_form_schema_is_check_free_form(where: tuple[str, str, str], inner: Any) -> None:
+    value = {"v": inner}
+    # The one number JSON Schema cannot tell apart: -2^63 written as a float (see schemas.NUMBER_RANGE).
+    assume(float(INT_MIN) not in leaves(value))
+    documented = free_form_validator(where).is_valid(value)
+    assert documented == accepts(lambda v: check_free_form(v, field=where[2]), value), value

@@ -14,9 +14,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
-from services.board.routes import ALL_ROUTES
+from services.board.api import check_body
+from services.board.routes import ALL_ROUTES, relations
+from shared.errors import TaskloomError
 from tests.support.board import API, BoardClient, TaskdProcess
 
 PATH_PARAM = re.compile(r"{(\w+)}")
@@ -206,3 +209,37 @@ async def test_a_nul_in_a_text_is_a_clear_400_and_writes_nothing(
     assert await count(board, f"{API}/activities") == before
     titled = await board.post(f"{API}/tasks", {"project": "demo", "title": "\x00hidden"})
     assert titled.status == 400 and titled.body["error"]["details"] == {"field": "title"}
+
+
+
+# -- a number where a text belongs: a 400 that shows it, never a 500 ----------------------------
+
+#: Integer literals beyond 64 bits. orjson reads them as floats; a decoder that keeps integers
+#: exact (the standard library's, any other) gives a Python int the error body cannot encode.
+WIDE_INTEGERS = [106004180010909042044588523520, 2**64, -(2**63) - 1]
+
+
+@pytest.mark.parametrize("target", [*WIDE_INTEGERS, 2**63, 1e300, 7, True])
+async def test_a_number_as_a_relation_target_is_a_400_and_writes_nothing(board: BoardClient, target: Any) -> None:
+    await board.post(f"{API}/projects", {"id": "demo"})
+    epic = (await board.post(f"{API}/tasks", {"project": "demo", "title": "Epic", "kind": "epic"})).body
+    before = await count(board, f"{API}/activities")
+    reply = await board.post(f"{API}/tasks/{epic['id']}/relations", {"target": target, "type": "parent"})
+    assert reply.status == 400 and reply.error == "VALIDATION_FAILED", reply.body
+    assert reply.body["error"]["details"]["field"] == "target"
+    # As orjson read it (a float past 64 bits), or as decimal text where that is not encodable.
+    shown = reply.body["error"]["details"]["value"]
+    assert float(shown) == float(target), shown
+    assert await count(board, f"{API}/tasks/{epic['id']}/relations") == 0
+    assert await count(board, f"{API}/activities") == before
+
+
+@pytest.mark.parametrize("value", WIDE_INTEGERS)
+def test_the_type_error_of_a_wide_integer_encodes(value: int) -> None:
+    """The refusal itself must be encodable whatever the decoder made of the number: a
+    ``details`` holding the int past 64 bits made orjson raise while answering, a 500."""
+    with pytest.raises(TaskloomError) as refused:
+        check_body({"target": value, "type": "parent"}, relations.ADD_BODY)
+    body = orjson.loads(orjson.dumps(refused.value.body()))
+    assert body["error"]["code"] == "VALIDATION_FAILED"
+    assert body["error"]["details"] == {"field": "target", "value": str(value)}
