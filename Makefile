@@ -6,8 +6,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
+LINTED := shared services taskctl tests bench
 
-.PHONY: run deps test bench clean
+.PHONY: run deps lint test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,10 +28,18 @@ run: $(STAMP_RUN)
 deps:
 	scripts/ensure-system-deps
 
+# Lint and types run first: they fail in seconds, the suite takes minutes. Which packages mypy
+# checks strictly is in pyproject.toml ([tool.mypy]).
 # A skipped test fails the run (tests/conftest.py), so a green run ran every test.
 test: deps $(STAMP_TEST)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 	node --test tests/js/
+
+lint: $(STAMP_TEST)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/mypy
 
 bench: $(STAMP_TEST)
 	$(BIN)/python -m bench

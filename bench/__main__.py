@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         try:
             importlib.import_module(f"bench.{name}").main()
-        except Exception as exc:  # one broken bench must not hide the others' numbers
+        except Exception as exc:  # noqa: BLE001 - one broken bench must not hide the others' numbers
             failed.append(name)
             print(f"{name} failed: {exc!r}")
         print(f"({name} took {time.monotonic() - started:.1f} s)")

@@ -31,10 +31,9 @@ from typing import Any
 import aiohttp
 import orjson
 
+from bench.support import read_json, wait_for
 from services.hub.briefs import write_brief
 from shared import hub_protocol as hp
-
-from bench.support import read_json, wait_for
 
 COMMAND = ".venv/bin/python -m bench brief"
 CARDS = 20
@@ -222,7 +221,7 @@ async def run(folder: Path) -> list[tuple[str, str]]:
             async with session.post(f"{url}/api/v1/projects", json={"id": "bench", "name": "Bench"}) as r:
                 assert r.status == 201, await r.text()
             tasks = []
-            for n in range(CARDS):
+            for _ in range(CARDS):
                 async with session.post(f"{url}/api/v1/tasks", json={"project": "bench", "title": "bench 0"}) as r:
                     tasks.append(await r.json())
         for index, (label, debounce, max_wait, floor, seconds) in enumerate(RUNS):

@@ -27,10 +27,9 @@ from typing import Any
 import aiohttp
 import orjson
 
+from bench.support import read_json, wait_for
 from shared import hub_protocol as hp
 from shared.sse import SSEMessage, SSEParser
-
-from bench.support import read_json, wait_for
 
 COMMAND = ".venv/bin/python -m bench hub"
 FOLLOWERS = 50

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -88,7 +88,7 @@ class Knob:
 def knob(default: T, *, env: str | None, help: str, **row: Any) -> T:
     """A settings field that is also a knob; ``default`` is the one default it has."""
     meta = Knob(name="", default=default, env=env, help=help, **row)
-    return cast(T, dataclasses.field(default=default, metadata={METADATA_KEY: meta}))
+    return dataclasses.field(default=default, metadata={METADATA_KEY: meta})
 
 
 def required_knob(*, env: str | None, help: str, **row: Any) -> Any:

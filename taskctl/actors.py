@@ -30,5 +30,5 @@ def _user_name() -> str:
 
     try:
         return getpass.getuser()
-    except Exception:  # no passwd entry (containers): still a person at a shell
+    except Exception:  # noqa: BLE001 - no passwd entry (containers): still a person at a shell
         return "user"

@@ -211,7 +211,7 @@ class TaskRef(click.ParamType):
             board = resolve_board(autostart=False)
             with BoardHttp(board, timeout=1.0) as http:
                 page = http.call("GET", API + "/tasks", query={"limit": limits.PAGE_LIMIT_MAX})
-        except Exception:
+        except Exception:  # noqa: BLE001 - completion must never break the shell: no board, no candidates
             return []
         wanted = incomplete.upper()
         return [

@@ -181,7 +181,7 @@ def standalone_watch(
     def read() -> None:
         try:
             tail_stream(board, after=start, emit=inbox.put)
-        except Exception as exc:  # the reader must always leave a last record
+        except Exception as exc:  # noqa: BLE001 - the reader must always leave a last record
             inbox.put({"type": "error", "code": "STREAM_INVALID", "message": f"{type(exc).__name__}: {exc}"})
 
     threading.Thread(target=read, name="taskctl-watch-stream", daemon=True).start()

@@ -50,7 +50,7 @@ def _client() -> Any:
     return http.client
 
 
-def _connection(url: str, timeout: float) -> "http.client.HTTPConnection":
+def _connection(url: str, timeout: float) -> http.client.HTTPConnection:
     client = _client()
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "https":
@@ -58,7 +58,7 @@ def _connection(url: str, timeout: float) -> "http.client.HTTPConnection":
     return client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
 
 
-def _decode(response: "http.client.HTTPResponse", raw: bytes) -> Any:
+def _decode(response: http.client.HTTPResponse, raw: bytes) -> Any:
     content_type = response.getheader("Content-Type", "") or ""
     if "json" in content_type:
         try:
@@ -112,14 +112,14 @@ class BoardHttp:
         self.actor = actor
         self.timeout = timeout
         self._base = urllib.parse.urlsplit(board.url).path
-        self._conn: "http.client.HTTPConnection | None" = None
+        self._conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
-    def __enter__(self) -> "BoardHttp":
+    def __enter__(self) -> BoardHttp:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -14,11 +14,11 @@ from .output import Column
 from .render import next_cursor, short_time
 
 LABEL_COLUMNS = [
-    Column("PROJECT", lambda l: l.get("project_id")),
-    Column("NAME", lambda l: l.get("name")),
-    Column("USES", lambda l: l.get("use_count")),
-    Column("LAST USED", lambda l: short_time(l.get("last_used_at"))),
-    Column("ARCHIVED", lambda l: short_time(l.get("archived_at"))),
+    Column("PROJECT", lambda label: label.get("project_id")),
+    Column("NAME", lambda label: label.get("name")),
+    Column("USES", lambda label: label.get("use_count")),
+    Column("LAST USED", lambda label: short_time(label.get("last_used_at"))),
+    Column("ARCHIVED", lambda label: short_time(label.get("archived_at"))),
 ]
 ACTOR_COLUMNS = [
     Column("KIND", lambda a: a.get("kind")),

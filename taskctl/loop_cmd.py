@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +182,7 @@ def _resume_revision(previous: dict[str, Any] | None, board_url: str) -> int | N
 
 def hub_stream(
     board_url: str, board_token: str | Callable[[], str | None], *, start_hub: bool = True
-) -> Callable[[int | None], AsyncIterator[dict[str, Any]]]:
+) -> Callable[[int | None], AsyncGenerator[dict[str, Any], None]]:
     """One hub connection per call: find (or start) the hub, ``follow`` after a revision, yield records.
 
     ``idle_ms=0``: the subscriber follows for ever and watches for silence itself. The
@@ -206,7 +206,7 @@ def hub_stream(
                 return address
         raise client.HubUnavailable(f"no hub answers for this board yet (pointer {files.pointer})")
 
-    async def open_stream(after: int | None) -> AsyncIterator[dict[str, Any]]:
+    async def open_stream(after: int | None) -> AsyncGenerator[dict[str, Any], None]:
         board_token = read_token()
         if not board_token:
             raise client.HubError(hp.UNAUTHORIZED, "no board token (the token file is gone?)")

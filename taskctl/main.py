@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
-    except Exception as exc:  # a bug: say so without a secret, the trace only on request
+    except Exception as exc:  # noqa: BLE001 - a bug: say so without a secret, the trace only on request
         error = TaskctlError("INTERNAL", f"taskctl failed: {type(exc).__name__}: {exc}",
                              hint="run again with TASKLOOM_DEBUG=1 for the traceback")
         if os.environ.get("TASKLOOM_DEBUG"):

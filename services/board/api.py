@@ -50,7 +50,7 @@ class F:
 
 Schema = Mapping[str, F]
 
-_PY_TYPES: dict[str, tuple[type, ...]] = {
+_PY_TYPES: dict[str, tuple[type[Any], ...]] = {
     "str": (str,),
     "int": (int,),
     "bool": (bool,),

@@ -7,6 +7,7 @@ from http.cookies import SimpleCookie
 
 import structlog
 from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler
 
 from shared.errors import TaskloomError
 
@@ -53,7 +54,7 @@ def error_headers(error: TaskloomError) -> dict[str, str] | None:
 
 
 @web.middleware
-async def errors_middleware(request: web.Request, handler: api.Handler) -> web.StreamResponse:  # type: ignore[type-arg]
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure leaves as the JSON error body of SPEC §5, with the headers its status requires."""
     try:
         return await handler(request)
@@ -62,9 +63,9 @@ async def errors_middleware(request: web.Request, handler: api.Handler) -> web.S
     except web.HTTPNotFound:
         return api.error_response(TaskloomError("NOT_FOUND", f"no route for {request.path}"))
     except web.HTTPMethodNotAllowed as exc:
-        error = TaskloomError("METHOD_NOT_ALLOWED", f"{request.method} is not allowed on {request.path}",
-                              details={"allowed": sorted(exc.allowed_methods)})
-        return api.error_response(error, headers=error_headers(error))
+        refusal = TaskloomError("METHOD_NOT_ALLOWED", f"{request.method} is not allowed on {request.path}",
+                                details={"allowed": sorted(exc.allowed_methods)})
+        return api.error_response(refusal, headers=error_headers(refusal))
     except web.HTTPRequestEntityTooLarge as exc:
         return api.error_response(TaskloomError("PAYLOAD_TOO_LARGE", str(exc.text)))
     except web.HTTPException:
@@ -75,7 +76,7 @@ async def errors_middleware(request: web.Request, handler: api.Handler) -> web.S
 
 
 @web.middleware
-async def guard_middleware(request: web.Request, handler: api.Handler) -> web.StreamResponse:  # type: ignore[type-arg]
+async def guard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The Host guard for every request, then the token or session cookie for all but public paths."""
     settings = request.app[SETTINGS]
     if not auth.host_allowed(request.headers.get("Host"), settings.allowed_hosts):

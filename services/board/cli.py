@@ -19,10 +19,11 @@ from shared import knobs
 from shared.paths import BOARD_POINTER, runtime_dir
 from shared.paths import data_dir as default_data_dir
 
-from .app import CREDENTIALS, STORE, create_app
+from .app import create_app
 from .connections import BoardRunner, ConnectionLimits, listen_backlog
 from .descriptors import raise_nofile_limit, reserve_within
 from .files import NotOwned, ensure_private_dir, restrict_umask, tighten
+from .keys import CREDENTIALS, STORE
 from .lock import LOCK_FILE, DataDirBusy, DataDirLock
 from .pointer import remove_pointer_if_mine, write_pointer
 from .process import ShutdownSignals, configure_logging, exit_forced
@@ -55,7 +56,8 @@ async def serve(settings: BoardSettings, *, lock: DataDirLock | None = None, sta
     site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True, backlog=listen_backlog(limits))
     await site.start()
     server = site._server
-    port = server.sockets[0].getsockname()[1] if server and server.sockets else settings.port
+    addresses = runner.addresses  # the runner's one site: the port the OS picked for port 0
+    port = addresses[0][1] if addresses else settings.port
     host = settings.host if ":" not in settings.host else f"[{settings.host}]"
     url = f"http://{host}:{port}"
     meta = await app[STORE].query(lambda conn: conn.execute("SELECT value FROM board_meta WHERE key = 'board_id'").fetchone()[0])

@@ -196,7 +196,8 @@ def _response_properties(route: Route) -> dict[str, Any]:
     schema = schemas.RESPONSES.get((route.method, route.path), {})
     if "$ref" in schema:
         schema = schemas.COMPONENTS[schema["$ref"].rsplit("/", 1)[-1]]
-    return schema.get("properties", {})
+    properties: dict[str, Any] = schema.get("properties", {})
+    return properties
 
 
 def operation(route: Route, *, route_links: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 
@@ -27,7 +27,14 @@ HUMAN: Final = "human"
 SYSTEM: Final = "system"
 
 
-class ActorParam(click.ParamType):
+if TYPE_CHECKING:
+    # click 8.4 made ParamType generic; older releases, which pyproject allows, cannot subscript it.
+    _ActorParamBase = click.ParamType[Actor]
+else:
+    _ActorParamBase = click.ParamType
+
+
+class ActorParam(_ActorParamBase):
     """``ID`` (kind ``human``) or ``KIND:ID``: the actor of writes that name none (SPEC §4.1)."""
 
     name = "actor"

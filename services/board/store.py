@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, ParamSpec, TypeVar
@@ -71,7 +71,7 @@ SYSTEM_ACTOR = Actor("system", "board")
 
 
 def utc_now() -> str:
-    return format_timestamp(datetime.now(timezone.utc))
+    return format_timestamp(datetime.now(UTC))
 
 
 def migrations() -> list[tuple[int, str]]:
@@ -344,7 +344,8 @@ class Tx:
         return self.conn.execute(sql, params)
 
     def one(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> sqlite3.Row | None:
-        return self.conn.execute(sql, params).fetchone()
+        row: sqlite3.Row | None = self.conn.execute(sql, params).fetchone()
+        return row
 
     def all(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         return self.conn.execute(sql, params).fetchall()
@@ -362,7 +363,7 @@ class Tx:
         if event not in EVENT_SET:
             raise ValueError(f"undeclared event {event!r}")
         who = actor or self.actor
-        revision = self.conn.execute("SELECT revision + 1 FROM global_revision WHERE singleton = 1").fetchone()[0]
+        revision: int = self.conn.execute("SELECT revision + 1 FROM global_revision WHERE singleton = 1").fetchone()[0]
         changes_json = orjson.dumps(changes)
         frame_size = len(changes_json) + len(
             orjson.dumps({

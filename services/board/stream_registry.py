@@ -8,7 +8,7 @@ runs before cleanup) every open stream gets ``event: shutdown`` and is closed (S
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Final
 
 import structlog
@@ -50,7 +50,7 @@ class StreamRegistry:
     def __len__(self) -> int:
         return len(self._streams)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Stream]:
         return iter(list(self._streams))
 
     def check_capacity(self) -> None:

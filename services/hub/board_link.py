@@ -237,6 +237,7 @@ def _revision(value: str | None) -> int | None:
 async def _error_code(response: aiohttp.ClientResponse) -> str | None:
     try:
         body = orjson.loads(await response.read())
-        return body["error"]["code"]
+        code: str | None = body["error"]["code"]
+        return code
     except (orjson.JSONDecodeError, KeyError, TypeError, aiohttp.ClientError):
         return None

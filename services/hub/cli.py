@@ -29,11 +29,10 @@ from shared import knobs
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
 from .client import EXIT_UNAUTHORIZED
-from .files import NotOwned, move_atomic, open_private, restrict_umask
+from .files import NotOwned, ensure_private_dir, move_atomic, open_private, restrict_umask
 from .pointer import (
     HubFiles,
     OwnerLock,
-    ensure_private_dir,
     read_json,
     read_lock_pid,
     remove_pointer_if_mine,

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,8 @@ from shared.limits import HUB_MAX_LINE
 from shared.ndjson import LineFramer, encode_line
 from shared.paths import runtime_dir as default_runtime_dir
 
-from .files import PRIVATE_UMASK, open_private
-from .pointer import HubFiles, OwnerLock, ensure_private_dir, pid_alive, read_lock_pid, read_pointer
+from .files import PRIVATE_UMASK, ensure_private_dir, open_private
+from .pointer import HubFiles, OwnerLock, pid_alive, read_lock_pid, read_pointer
 from .process import Backoff
 
 #: How long find-or-start may take before giving up, seconds.
@@ -380,7 +380,7 @@ async def follow(
     on_problem: Callable[[str], None] | None = None,
     reconnect_min: float = hp.RECONNECT_MIN,
     reconnect_max: float = hp.RECONNECT_MAX,
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     """Every record of a follow stream, across hub restarts: yields until ``idle``.
 
     On a lost connection or a hub ``shutdown`` it finds or starts the hub again on a 1 s → 30 s

@@ -14,6 +14,7 @@ client that got ``registered`` or ``watch-stopped`` (or saw a TTL end) finds it 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os.path
 import time
@@ -32,7 +33,7 @@ from shared import hub_protocol as hp
 from . import registry as rg
 from .briefs import path_problem, protected_problem, write_brief
 from .pointer import read_json, write_json_atomic
-from .registry import Refused, RenderFailed, Rendered
+from .registry import Refused, Rendered, RenderFailed
 
 __all__ = ["EXPORT_TIMEOUT", "Refused", "Registrations", "RenderFailed", "Rendered", "Watcher", "WatchSettings"]
 
@@ -231,7 +232,7 @@ class Registrations:
         if isinstance(action, rg.Send):
             stream = self._streams.get(action.ticket)
             if stream is not None:
-                self._deliver(lambda: stream.send(action.message))
+                self._deliver(functools.partial(stream.send, action.message))
         elif isinstance(action, rg.Close):
             stream = self._streams.pop(action.ticket, None)
             if stream is not None:

@@ -713,8 +713,8 @@ class Registry:
                 return
             seen[card.task_id] = ref
             if path is None:
-                problem = f"unexpected card identifier {card.identifier!r}"
-                self._refuse(job, Refused(hp.VALIDATION_FAILED, problem, field="paths", problems=[problem]))
+                unexpected = f"unexpected card identifier {card.identifier!r}"
+                self._refuse(job, Refused(hp.VALIDATION_FAILED, unexpected, field="paths", problems=[unexpected]))
                 return
             if out is None and (problem := next(checked, None)):
                 self._refuse(job, Refused(hp.VALIDATION_FAILED, problem, field="paths", problems=[problem]))

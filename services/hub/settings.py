@@ -30,8 +30,9 @@ CADENCE = click.FloatRange(min=0)
 
 @dataclass(frozen=True)
 class HubSettings:
-    board_url: str = required_knob(env="TASKLOOM_URL", flag="--board", help="The board's URL.")
+    # The token comes first: mypy cannot tell that required_knob, like field(), gives no default.
     board_token: str = field(repr=False)
+    board_url: str = required_knob(env="TASKLOOM_URL", flag="--board", help="The board's URL.")
     host: str = "127.0.0.1"
     port: int = knob(0, env="TASKLOOM_HUB_PORT", type=click.IntRange(0, 65535), help="Local port; 0 picks one.")
     hello_timeout: float = knob(hp.HELLO_TIMEOUT, env="TASKLOOM_HUB_HELLO_TIMEOUT", type=SECONDS, hidden=True,

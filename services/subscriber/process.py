@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO
 
@@ -120,7 +120,9 @@ def configure_logging(
             json = True
     renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
 
-    def scrub(_: Any, __: str, line: str) -> str:
+    def render(logger: Any, method: str, event: MutableMapping[str, Any]) -> str:
+        # Scrubbed after rendering, so the secret is caught in whichever field it hid.
+        line: str = renderer(logger, method, event)
         return line.replace(secret, "[redacted]") if secret else line
 
     structlog.configure(
@@ -128,8 +130,7 @@ def configure_logging(
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
-            renderer,
-            scrub,
+            render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(out),

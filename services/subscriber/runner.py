@@ -23,7 +23,7 @@ It never writes board state: its only output is the ``--on-wake`` command and it
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final
 
 import structlog
@@ -49,7 +49,7 @@ RESET_WAKE: Final = "reset"
 
 Record = dict[str, Any]
 #: Opens one hub connection that resumes after the given revision (None: live from the head).
-OpenStream = Callable[[int | None], AsyncIterator[Record]]
+OpenStream = Callable[[int | None], AsyncGenerator[Record, None]]
 
 log = structlog.get_logger("taskloom.subscriber")
 

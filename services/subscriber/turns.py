@@ -76,8 +76,8 @@ def read_pool(state_dir: Path) -> Pool:
     sessions = record.get("sessions") if isinstance(record, dict) else None
     if not isinstance(sessions, list):
         return Pool((), "malformed")
-    pids = [entry.get("pid") for entry in sessions if isinstance(entry, dict)]
-    pids = [pid for pid in pids if isinstance(pid, int) and not isinstance(pid, bool)]
+    listed = [entry.get("pid") for entry in sessions if isinstance(entry, dict)]
+    pids = [pid for pid in listed if isinstance(pid, int) and not isinstance(pid, bool)]
     if not pids:
         return Pool((), "empty")
     live = tuple(pid for pid in pids if pid_alive(pid))

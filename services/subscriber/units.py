@@ -23,7 +23,7 @@ import plistlib
 import re
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -225,7 +225,7 @@ def _exec_words(rest: str, values: Mapping[str, str | list[str]]) -> str:
     return " ".join(words)
 
 
-def _substitute(text: str, values: Mapping[str, str | list[str]], escape: Any) -> str:
+def _substitute(text: str, values: Mapping[str, str | list[str]], escape: Callable[[str], str]) -> str:
     def one(match: re.Match[str]) -> str:
         value = _value(values, match.group(1))
         return escape(value if isinstance(value, str) else " ".join(value))

@@ -182,7 +182,7 @@ def test_labels_and_actors(tc: Taskctl) -> None:
     project = new_project(tc, "lab")
     tc.ok("task", "create", "-p", project, "Labelled", "-l", "alpha", "-l", "beta", "--assignee", "codex:bot-1")
     listed = tc.data("labels", "list", "-p", project)["items"]
-    assert [(l["name"], l["use_count"]) for l in listed] == [("alpha", 1), ("beta", 1)]
+    assert [(label["name"], label["use_count"]) for label in listed] == [("alpha", 1), ("beta", 1)]
     table = rows(tc.ok("labels", "list", "-p", project).stdout)
     assert table[0][:3] == ["PROJECT", "NAME", "USES"] and table[1][:3] == [project, "alpha", "1"]
     gc = tc.data("labels", "gc", "-p", project, "--ttl-days", "0", "--dry-run")

@@ -13,7 +13,7 @@ import os
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ class StepClock:
     """Commit timestamps one minute apart from a fixed start: the seeded board is the same every run."""
 
     def __init__(self) -> None:
-        self.start = datetime(2030, 1, 2, 9, 0, tzinfo=timezone.utc)
+        self.start = datetime(2030, 1, 2, 9, 0, tzinfo=UTC)
         self.ticks = 0
 
     def __call__(self) -> str:
@@ -303,7 +303,8 @@ def test_golden_seed_really_fills_every_section() -> None:
     history = text.split("\n## History\n\n", 1)[1]
     for phrase in ("created in todo", "updated title:", "claimed (todo → in_progress)", "3 heartbeats, last at",
                    "asked:", "moved in_progress → awaiting", "resumed (awaiting → todo) on that answer",
-                   "moved in_progress → in_review", "round 2 begins", "reopened (done → todo), round 3 begins", "removed acceptance criteria",
+                   "moved in_progress → in_review", "round 2 begins", "reopened (done → todo), round 3 begins",
+                   "removed acceptance criteria",
                    "changed acceptance mode (review → none)", "added relation: child of DEMO-0002",
                    "removed relation: related to DEMO-0004", "attached outline.md", "waived the report for round 3"):
         assert phrase in history, phrase

@@ -24,8 +24,8 @@ import orjson
 import pytest
 
 from services.board.commands import comments, projects, tasks
-from services.board.store import Actor, SqliteStore, Tx
 from services.board.keys import LOG_READER
+from services.board.store import Actor, SqliteStore, Tx
 from shared import events
 from shared.errors import TaskloomError, validation
 from shared.sse import SSEMessage, SSEParser

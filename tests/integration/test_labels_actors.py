@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -25,7 +25,7 @@ async def label_table(board: RunningBoard) -> list[tuple]:
 
 
 def days_ago(days: int) -> str:
-    return format_timestamp(datetime.now(timezone.utc) - timedelta(days=days))
+    return format_timestamp(datetime.now(UTC) - timedelta(days=days))
 
 
 def backdate(board: RunningBoard, name: str, days: int, *, project: str = "demo") -> None:

@@ -24,7 +24,7 @@ class LimitedTaskd(TaskdProcess):
 
     nofile: tuple[int, int] = (LOW_NOFILE, LOW_NOFILE)
 
-    def start(self, *args: str, port: int = 0, timeout: float = 20.0) -> "LimitedTaskd":
+    def start(self, *args: str, port: int = 0, timeout: float = 20.0) -> LimitedTaskd:
         pointer = self.runtime_dir / "board.json"
         pointer.unlink(missing_ok=True)
         soft, hard = self.nofile
@@ -142,7 +142,7 @@ async def closed_by_server(reader: asyncio.StreamReader, *, timeout: float) -> t
             chunk = await asyncio.wait_for(reader.read(65536), timeout=remaining)
         except ConnectionResetError:
             chunk = b""
-        except asyncio.TimeoutError:
+        except TimeoutError:
             continue
         if not chunk:
             return received, time.monotonic() - started

@@ -79,7 +79,7 @@ async def test_health_answers_while_more_connections_than_the_limit_sit_idle(pro
 async def eof_soon(reader: asyncio.StreamReader) -> bool:
     try:
         return await asyncio.wait_for(reader.read(1), timeout=0.01) == b""
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
     except ConnectionResetError:
         return True
@@ -121,7 +121,7 @@ async def test_streams_beyond_the_descriptor_reserve_get_503_never_a_reset(proce
 
 def test_every_shipped_unit_lifts_the_open_file_limit() -> None:
     for supervisor, files in units.UNIT_FILES.items():
-        for role, name in files.items():
+        for name in files.values():
             text = (units.TEMPLATES / supervisor / name).read_text()
             if supervisor == units.SYSTEMD:
                 service = text.split("[Service]", 1)[1].split("\n[", 1)[0]

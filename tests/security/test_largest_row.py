@@ -28,7 +28,7 @@ from services.hub.server import Hub, HubSettings
 from shared import hub_protocol as hp
 from shared import limits
 from shared.ndjson import LineFramer, encode_line
-from shared.sse import SSEParser, encode_event
+from shared.sse import SSEParser, SSEProtocolError, encode_event
 from tests.support.board import API, VENV_BIN, BoardClient, TaskdProcess, raw_connection, start_board
 
 from .support_bounds import head, sse_frames, start_taskd, stop_taskd
@@ -61,7 +61,7 @@ def test_whatever_the_sse_parser_accepts_the_hub_forwards_as_one_line() -> None:
     assert len(parsed) == 1 and orjson.loads(parsed[0].data or "") == activity
     line = encode_line(hp.event(revision=2**63 - 1, activity=activity))
     assert LineFramer().feed(line) == [line[:-1]]
-    with pytest.raises(Exception):  # one byte more is refused by the parser, so never forwarded
+    with pytest.raises(SSEProtocolError):  # one byte more is refused by the parser, so never forwarded
         SSEParser().feed(encode_event(1, orjson.dumps({"pad": activity["pad"] + "x"})))
 
 

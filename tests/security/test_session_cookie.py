@@ -22,9 +22,9 @@ from services.board import auth
 from services.board.keys import CREDENTIALS, STREAMS
 from tests.support.board import (
     BoardClient,
-    TaskdProcess,
     Reply,
     RunningBoard,
+    TaskdProcess,
     activity_count,
     make_task,
     row_counts,

@@ -92,7 +92,7 @@ class BoardClient:
     async def patch(self, path: str, body: Any, **kw: Any) -> Reply:
         return await self.request("PATCH", path, json_body=body, **kw)
 
-    def as_actor(self, kind: str, actor_id: str) -> "BoardClient":
+    def as_actor(self, kind: str, actor_id: str) -> BoardClient:
         return BoardClient(self.url, self.token, self.session, (kind, actor_id))
 
 
@@ -206,7 +206,7 @@ class TaskdProcess:
         env["TASKLOOM_DATA_DIR"] = str(self.data_dir)
         return env
 
-    def start(self, *args: str, port: int = 0, timeout: float = 20.0) -> "TaskdProcess":
+    def start(self, *args: str, port: int = 0, timeout: float = 20.0) -> TaskdProcess:
         pointer = self.runtime_dir / "board.json"
         pointer.unlink(missing_ok=True)
         log = open(self.log_path, "ab")

@@ -8,7 +8,7 @@ document forgets fails the suite where it first shows, not in a client.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,7 +40,7 @@ def template_of(path: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(template: str, method: str, status: str) -> Draft202012Validator | None:
     operation = document()["paths"][template][method]
     answer = operation["responses"].get(status)

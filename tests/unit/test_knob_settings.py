@@ -5,7 +5,7 @@ environment; and the table machinery itself (defaults shown, values parsed as th
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -99,7 +99,7 @@ async def test_the_default_actor_and_the_claim_windows_are_knobs_of_taskd_serve(
         claimed = await first.post(f"{API}/tasks/{task['identifier']}/claim")
         assert claimed.status == 200, claimed.body
         beat = datetime.fromisoformat(claimed.body["heartbeat_at"].replace("Z", "+00:00"))
-        wait_until(lambda: datetime.now(timezone.utc) > beat, what="the heartbeat to be in the past")
+        wait_until(lambda: datetime.now(UTC) > beat, what="the heartbeat to be in the past")
         taken = await anonymous.as_actor("codex", "worker-2").post(f"{API}/tasks/{task['identifier']}/claim")
         assert taken.status == 200, taken.body  # with the default 6 h window: 409 EXECUTION_ACTIVE
         assert taken.body["claimed_by"] == "worker-2"

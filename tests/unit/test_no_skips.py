@@ -89,7 +89,7 @@ def test_a_skip_at_run_time_fails_the_run(tmp_path: Path) -> None:
         "def test_runs():\n    pass\n"
     )
     (tmp_path / "test_module_level.py").write_text(
-        f"import pytest\nmissing = pytest.importorskip('no_such_module_anywhere')\ndef test_never():\n    pass\n"
+        "import pytest\nmissing = pytest.importorskip('no_such_module_anywhere')\ndef test_never():\n    pass\n"
     )
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--continue-on-collection-errors", str(tmp_path)],

@@ -98,13 +98,16 @@ def change_acceptance(
     added = _clean_items(tx, task, items or [])
 
     if added:
-        start = tx.one("SELECT coalesce(max(position), 0) AS top FROM acceptance_items WHERE task_id = ?", (task["id"],))
+        # An aggregate always answers one row.
+        top: int = tx.execute(
+            "SELECT coalesce(max(position), 0) AS top FROM acceptance_items WHERE task_id = ?", (task["id"],)
+        ).fetchone()["top"]
         entries = []
         for offset, text in enumerate(added, start=1):
             item_id = new_id()
             tx.execute(
                 "INSERT INTO acceptance_items (id, task_id, position, text, created_at) VALUES (?, ?, ?, ?, ?)",
-                (item_id, task["id"], start["top"] + offset, text, tx.now),  # type: ignore[index]
+                (item_id, task["id"], top + offset, text, tx.now),
             )
             entries.append(_entry(item_id, text))
         tx.execute(BUMP_LIST_REVISION, (task["id"],))

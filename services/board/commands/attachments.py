@@ -26,10 +26,10 @@ from urllib.parse import quote
 from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 
+from ..files import write_atomic
 from ..queries.attachments import attachment_to_dict, get_attachment, require_attachment
 from ..queries.tasks import require_task
 from ..store import Tx
-from ..files import write_atomic
 from .common import load_task, new_id, refuse_archived
 
 FILENAME_MAX_CHARS = limits.FILENAME_MAX_CHARS
@@ -136,7 +136,8 @@ def check_attachable(conn: sqlite3.Connection, ref: str) -> str:
     """Refuse an unknown or archived task before any bytes reach the disk; returns the task id."""
     task = require_task(conn, ref)
     refuse_archived(task)
-    return task["id"]
+    task_id: str = task["id"]
+    return task_id
 
 
 def check_replaceable(conn: sqlite3.Connection, attachment_id: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from shared.errors import TaskloomError, validation
 from ..queries.comments import comment_to_dict
 from ..queries.tasks import task_to_dict
 from ..store import Tx
-from .common import check_text, load_task, new_id, refuse_archived, reload, set_status
+from .common import check_text, load_task, new_id, refuse_archived, reload, set_status, written
 
 #: ``awaiting_reason`` is the question's first line, cut to fit a card and its activity row.
 AWAITING_REASON_MAX_CHARS = limits.CHANGES_TEXT_MAX_CHARS
@@ -62,7 +62,7 @@ def add_comment(tx: Tx, ref: str, *, body: str, kind: str = "note") -> dict[str,
             task_id=task["id"],
             project_id=task["project_id"],
         )
-    return comment_to_dict(tx.one("SELECT * FROM comments WHERE id = ?", (comment_id,)))  # type: ignore[arg-type]
+    return comment_to_dict(written(tx.one("SELECT * FROM comments WHERE id = ?", (comment_id,))))
 
 
 def awaiting_reason(question: str) -> str:

@@ -156,5 +156,12 @@ def set_status(tx: Tx, task: sqlite3.Row, to: str, **columns: Any) -> None:
     tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
 
 
+def written(row: sqlite3.Row | None) -> sqlite3.Row:
+    """A row this transaction has just written, read back: its absence is a bug, never a refusal."""
+    if row is None:
+        raise RuntimeError("a row written in this transaction is missing")
+    return row
+
+
 def reload(tx: Tx, task_id: str) -> sqlite3.Row:
     return require_task(tx.conn, task_id)

@@ -17,7 +17,7 @@ from shared.errors import TaskloomError, not_found, validation
 from ..queries.relations import relation_to_dict
 from ..queries.tasks import require_task
 from ..store import Tx
-from .common import load_task, new_id, refuse_archived
+from .common import load_task, new_id, refuse_archived, written
 
 #: ``related`` has no direction: B related A duplicates A related B.
 SYMMETRIC = frozenset({"related"})
@@ -51,13 +51,13 @@ def _chain_length(tx: Tx, task_id: str, *, upward: bool) -> int:
     """Tasks on the longest parent chain from ``task_id`` (itself included), up to its roots or
     down to its leaves. Bounded: a chain past the limit is refused before it can grow."""
     near, far = ("target_id", "source_id") if upward else ("source_id", "target_id")
-    row = tx.one(
+    row = tx.execute(
         f"WITH RECURSIVE chain(id, depth) AS (SELECT ?, 1 UNION"
         f" SELECT r.{far}, c.depth + 1 FROM relations r JOIN chain c ON r.{near} = c.id"
         f" WHERE r.type = 'parent' AND c.depth <= ?)"
         f" SELECT max(depth) FROM chain",
         (task_id, domain.MAX_PARENT_DEPTH + 1),
-    )
+    ).fetchone()
     return int(row[0])
 
 
@@ -76,9 +76,9 @@ def _check_parent(tx: Tx, parent: sqlite3.Row, child: sqlite3.Row) -> None:
         )
     if _reaches(tx, "parent", child["id"], parent["id"]):
         raise _cycle("parent", parent, child)
-    fan_in = tx.one(
+    fan_in = tx.execute(
         "SELECT count(*) FROM relations WHERE type = 'parent' AND target_id = ?", (child["id"],)
-    )[0]
+    ).fetchone()[0]
     if fan_in >= domain.MAX_PARENT_FAN_IN:
         raise _refuse(
             "RELATION_FAN_IN",
@@ -136,7 +136,7 @@ def add_relation(tx: Tx, ref: str, *, type: str, target: str) -> dict[str, Any]:
         task_id=target_row["id"],
         project_id=target_row["project_id"],
     )
-    return relation_to_dict(tx.one("SELECT * FROM relations WHERE id = ?", (relation_id,)))
+    return relation_to_dict(written(tx.one("SELECT * FROM relations WHERE id = ?", (relation_id,))))
 
 
 def remove_relation(tx: Tx, ref: str, relation_id: str) -> dict[str, Any]:

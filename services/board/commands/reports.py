@@ -19,7 +19,7 @@ from ..queries.reports import report_to_dict
 from ..queries.tasks import task_to_dict
 from ..report_format import check_report
 from ..store import Tx
-from .common import load_task, new_id, refuse_archived, reload, require_reason, set_status
+from .common import load_task, new_id, refuse_archived, reload, require_reason, set_status, written
 from .tasks import check_move
 
 #: The statuses a report may be written in: the ones with an edge to in_review.
@@ -74,7 +74,7 @@ def write_report(tx: Tx, ref: str, *, body: str) -> dict[str, Any]:
             hint=f"claim it first (taskctl task claim {identifier})" if task["status"] == "todo" else None,
         )
     report_id = _insert_report(tx, task, body)
-    return report_to_dict(tx.one("SELECT * FROM reports WHERE id = ?", (report_id,)))  # type: ignore[arg-type]
+    return report_to_dict(written(tx.one("SELECT * FROM reports WHERE id = ?", (report_id,))))
 
 
 def _latest_report(tx: Tx, task: sqlite3.Row) -> sqlite3.Row | None:

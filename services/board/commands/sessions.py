@@ -15,7 +15,7 @@ from shared.errors import TaskloomError, not_found, validation
 
 from ..queries.sessions import session_to_dict
 from ..store import Tx
-from .common import check_actor, load_task, refuse_archived
+from .common import check_actor, load_task, refuse_archived, written
 
 CLOSE_STATUSES = ("completed", "failed", "abandoned")
 PHASE_MAX_CHARS = limits.PHASE_MAX_CHARS
@@ -80,7 +80,7 @@ def register_session(
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return session_to_dict(tx.one("SELECT * FROM agent_sessions WHERE id = ?", (sid,))), created
+    return session_to_dict(written(tx.one("SELECT * FROM agent_sessions WHERE id = ?", (sid,)))), created
 
 
 def close_session(tx: Tx, ref: str, sid: str, *, status: str) -> dict[str, Any]:
@@ -106,4 +106,4 @@ def close_session(tx: Tx, ref: str, sid: str, *, status: str) -> dict[str, Any]:
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return session_to_dict(tx.one("SELECT * FROM agent_sessions WHERE id = ?", (sid,)))
+    return session_to_dict(written(tx.one("SELECT * FROM agent_sessions WHERE id = ?", (sid,))))

@@ -68,7 +68,7 @@ def _refuse_unparenting(tx: Tx, task: sqlite3.Row, kind: str) -> None:
     """An epic with children stays an epic: its children would hang off a parent that is not one."""
     if task["kind"] != "epic" or kind == "epic":
         return
-    children = tx.one("SELECT count(*) FROM relations WHERE type = 'parent' AND source_id = ?", (task["id"],))[0]
+    children = tx.execute("SELECT count(*) FROM relations WHERE type = 'parent' AND source_id = ?", (task["id"],)).fetchone()[0]
     if children:
         raise TaskloomError(
             "RELATION_INVALID",

@@ -10,7 +10,8 @@ from .tasks import require_task
 
 def list_revision(conn: sqlite3.Connection, task_id: str) -> int:
     """How many times the task's acceptance list has changed."""
-    return conn.execute("SELECT acceptance_revision FROM tasks WHERE id = ?", (task_id,)).fetchone()[0]
+    revision: int = conn.execute("SELECT acceptance_revision FROM tasks WHERE id = ?", (task_id,)).fetchone()[0]
+    return revision
 
 
 def acceptance_view(conn: sqlite3.Connection, task: sqlite3.Row, mode: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Every function takes a read connection (``store.query(fn, ...)``) so one call is
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -29,7 +30,7 @@ def _changes(text: str) -> Any:
     return orjson.loads(text)
 
 
-def to_frame(row: sqlite3.Row) -> dict[str, Any]:
+def to_frame(row: sqlite3.Row | Mapping[str, Any]) -> dict[str, Any]:
     """The activity frame of SPEC §6.1; the same shape on every surface."""
     return {
         "id": row["id"],
@@ -45,7 +46,8 @@ def to_frame(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def head(conn: sqlite3.Connection) -> int:
-    return conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
+    revision: int = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
+    return revision
 
 
 def board_meta(conn: sqlite3.Connection) -> dict[str, str]:

@@ -18,7 +18,7 @@ def attachment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def require_attachment(conn: sqlite3.Connection, attachment_id: str) -> sqlite3.Row:
-    row = conn.execute("SELECT * FROM attachments WHERE id = ?", (attachment_id,)).fetchone()
+    row: sqlite3.Row | None = conn.execute("SELECT * FROM attachments WHERE id = ?", (attachment_id,)).fetchone()
     if row is None:
         raise not_found("attachment", attachment_id)
     return row

@@ -28,7 +28,7 @@ def project_to_dict(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def require_project(conn: sqlite3.Connection, project_id: str) -> sqlite3.Row:
-    row = conn.execute("SELECT * FROM projects WHERE id = ?", (project_id,)).fetchone()
+    row: sqlite3.Row | None = conn.execute("SELECT * FROM projects WHERE id = ?", (project_id,)).fetchone()
     if row is None:
         raise not_found("project", project_id)
     return row

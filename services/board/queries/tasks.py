@@ -30,7 +30,7 @@ def task_to_dict(row: sqlite3.Row) -> dict[str, Any]:
 
 def find_task(conn: sqlite3.Connection, ref: str) -> sqlite3.Row | None:
     """A task by uuid or by identifier (``PREFIX-0001``, case-insensitive)."""
-    row = conn.execute("SELECT * FROM tasks WHERE id = ?", (ref,)).fetchone()
+    row: sqlite3.Row | None = conn.execute("SELECT * FROM tasks WHERE id = ?", (ref,)).fetchone()
     if row is None:
         row = conn.execute("SELECT * FROM tasks WHERE identifier = ?", (ref.upper(),)).fetchone()
     return row

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..api import Route
 from . import (
     acceptance,
-    admin,
     activities,
+    admin,
     attachments,
     comments,
     events,
