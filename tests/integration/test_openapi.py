@@ -324,7 +324,10 @@ BOUNDARY_NUMBERS = st.sampled_from([
     INT_MIN, INT_MIN + 1, INT_MAX, INT_MAX + 1, INT_MIN - 1, 2**64, 0, -1, 1.5, -2.5e-300,
     float(2**63), float(INT_MAX - 1023), -float(INT_MAX - 1023), 2.16e134, -1e19, 1e300, 6975204920642912741490688,
 ])
-SCALARS = st.one_of(st.none(), st.booleans(), st.text(max_size=4), st.integers(), st.floats(allow_nan=False, allow_infinity=False), BOUNDARY_NUMBERS)
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.text(max_size=4), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+    BOUNDARY_NUMBERS,
+)
 
 
 def nested(depth: int, leaf: Any) -> Any:
@@ -334,7 +337,11 @@ def nested(depth: int, leaf: Any) -> Any:
 
 
 JSON_VALUES = st.one_of(
-    st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)), max_leaves=8),
+    st.recursive(
+        SCALARS,
+        lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+        max_leaves=8,
+    ),
     st.builds(nested, st.integers(min_value=limits.MAX_JSON_DEPTH - 3, max_value=limits.MAX_JSON_DEPTH + 2), SCALARS),
 )
 
