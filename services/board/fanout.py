@@ -61,6 +61,9 @@ class Handoff:
         self.declined = 0
         #: Rows published from the writer's frames (the log reader counts those it read itself).
         self.rows = 0
+        #: Batches the log reader had already published: its poll saw the commit before the
+        #: hand-off reached the loop (harmless, the reader's page went out instead).
+        self.overtaken = 0
 
     def attach(self, store: SqliteStore) -> None:
         store.attach_handoff(self)
@@ -82,6 +85,7 @@ class Handoff:
         if asyncio.get_running_loop() is not self.loop or reader.stopped:
             return False
         if end <= reader.position:
+            self.overtaken += 1
             return True  # the reader has already read it
         if after != reader.position or not reader.subscribers:
             # Something before this batch is still unread (another process committed), or there
