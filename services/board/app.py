@@ -27,7 +27,8 @@ from .routes import ALL_ROUTES
 from .settings import (
     BoardSettings,  # re-exported: BoardSettings has long been imported from here
 )
-from .store import SqliteStore
+from .sqlite_store import SqliteStore
+from .store import WriterStore
 
 log = structlog.get_logger("taskd")
 
@@ -186,7 +187,7 @@ def register(app: web.Application, routes: list[Route]) -> None:
             app.router.add_route(route.method, route.path, handler)
 
 
-def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> web.Application:
+def create_app(settings: BoardSettings, *, store: WriterStore | None = None) -> web.Application:
     """The board application; it owns (opens and closes) its store unless one is passed in."""
     app = web.Application(
         middlewares=[errors_middleware, guard_middleware],

@@ -28,7 +28,8 @@ from .lock import LOCK_FILE, DataDirBusy, DataDirLock
 from .pointer import remove_pointer_if_mine, write_pointer
 from .process import ShutdownSignals, configure_logging, exit_forced
 from .settings import SERVE_KNOBS, BoardSettings
-from .store import SchemaDamaged, SchemaTooNew, migrate, verify_triggers
+from .sqlite_store import SchemaDamaged, migrate, verify_triggers
+from .store import SchemaTooNew
 
 #: What the board keeps in its data directory, made owner-only at every start (docs/security.md).
 DATA_FILES = (

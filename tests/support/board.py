@@ -19,7 +19,7 @@ from aiohttp import web
 
 from services.board.app import BoardSettings, create_app
 from services.board.keys import STORE
-from services.board.store import SqliteStore
+from services.board.sqlite_store import SqliteStore
 
 from .waiting import wait_until
 

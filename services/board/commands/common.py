@@ -7,7 +7,6 @@ the calling command, which appends the activity row; ``tests/contract`` names th
 from __future__ import annotations
 
 import re
-import sqlite3
 import uuid
 from typing import Any
 
@@ -16,6 +15,7 @@ import orjson
 from shared import domain, limits
 from shared.errors import TaskloomError, validation
 
+from ..dialect import Row
 from ..queries.tasks import require_task
 from ..store import Tx
 
@@ -32,7 +32,7 @@ def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def load_task(tx: Tx, ref: str, *, if_version: int | None = None) -> sqlite3.Row:
+def load_task(tx: Tx, ref: str, *, if_version: int | None = None) -> Row:
     """The task a write targets, refusing a stale ``if_version`` before anything is written."""
     task = require_task(tx.conn, ref)
     if if_version is not None and if_version != task["version"]:
@@ -64,7 +64,7 @@ def require_reason(reason: str | None, what: str) -> str:
     return text
 
 
-def refuse_archived(task: sqlite3.Row) -> None:
+def refuse_archived(task: Row) -> None:
     if task["archived_at"] is not None:
         raise TaskloomError("TERMINAL_STATE", f"{task['identifier']} is archived", details={"task": task["id"]})
 
@@ -132,7 +132,7 @@ def check_actor(kind: str | None, actor_id: str | None, field: str) -> None:
     check_text(actor_id, field=f"{field}_id", limit=limits.ACTOR_ID_MAX_CHARS)
 
 
-def set_status(tx: Tx, task: sqlite3.Row, to: str, **columns: Any) -> None:
+def set_status(tx: Tx, task: Row, to: str, **columns: Any) -> None:
     """Write a status change and its bookkeeping columns (audited by the caller).
 
     Leaving ``in_review`` for anything but ``done`` starts the next delivery round; entering a
@@ -156,12 +156,12 @@ def set_status(tx: Tx, task: sqlite3.Row, to: str, **columns: Any) -> None:
     tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
 
 
-def written(row: sqlite3.Row | None) -> sqlite3.Row:
+def written(row: Row | None) -> Row:
     """A row this transaction has just written, read back: its absence is a bug, never a refusal."""
     if row is None:
         raise RuntimeError("a row written in this transaction is missing")
     return row
 
 
-def reload(tx: Tx, task_id: str) -> sqlite3.Row:
+def reload(tx: Tx, task_id: str) -> Row:
     return require_task(tx.conn, task_id)
