@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import os
 import pwd
+import queue
 import re
 import secrets
 import shutil
@@ -74,37 +75,41 @@ def _version_key(path: Path) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", path.parent.name)) or (0,)
 
 
-def candidate_bindirs() -> list[Path]:
+#: Where Debian's `postgresql-<major>` packages put the server programs: <root>/<major>/bin.
+DEBIAN_ROOT = Path("/usr/lib/postgresql")
+
+
+def candidate_bindirs(*, debian_root: Path = DEBIAN_ROOT, path: str | None = None) -> list[Path]:
     """Where PostgreSQL's programs may be, most specific first: pg_config, Debian's tree, PATH."""
     candidates: list[Path] = []
-    pg_config = shutil.which("pg_config")
+    pg_config = shutil.which("pg_config", path=path)
     if pg_config:
         result = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
         if result.returncode == 0 and result.stdout.strip():
             candidates.append(Path(result.stdout.strip()))
-    candidates.extend(sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=_version_key, reverse=True))
+    candidates.extend(sorted(debian_root.glob("*/bin"), key=_version_key, reverse=True))
     for name in SERVER_PROGRAMS:
-        found = shutil.which(name)
+        found = shutil.which(name, path=path)
         if found:
             # /usr/local/bin/initdb may be a link into the installation; its programs sit there.
             candidates.append(Path(found).resolve().parent)
             candidates.append(Path(found).parent)
     unique: list[Path] = []
-    for path in candidates:
-        if path not in unique:
-            unique.append(path)
+    for candidate in candidates:
+        if candidate not in unique:
+            unique.append(candidate)
     return unique
 
 
-def find_binaries() -> PgBinaries:
+def find_binaries(*, debian_root: Path = DEBIAN_ROOT, path: str | None = None) -> PgBinaries:
     """The first directory holding every server program; :class:`PostgresMissing` says how to install."""
-    searched = candidate_bindirs()
+    searched = candidate_bindirs(debian_root=debian_root, path=path)
     for bindir in searched:
         if all(os.access(bindir / name, os.X_OK) for name in SERVER_PROGRAMS):
             psql = bindir / "psql"
-            fallback = shutil.which("psql")
+            fallback = shutil.which("psql", path=path)
             return PgBinaries(bindir, psql if os.access(psql, os.X_OK) else Path(fallback) if fallback else None)
-    where = ", ".join(str(path) for path in searched) or "nothing (no pg_config, no /usr/lib/postgresql, none on PATH)"
+    where = ", ".join(str(candidate) for candidate in searched) or "nothing (no pg_config, no Debian tree, none on PATH)"
     raise PostgresMissing(f"no PostgreSQL server programs ({', '.join(SERVER_PROGRAMS)}) found; looked in {where}. {INSTALL}")
 
 
@@ -126,6 +131,9 @@ class Cluster:
     _admin: psycopg.Connection[tuple[object, ...]] | None = field(init=False, default=None)
     _admin_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
     _running: bool = field(init=False, default=False)
+    #: Databases a finished test no longer needs, dropped off the test's path (a drop takes ~0.1 s).
+    _drops: queue.SimpleQueue[str | None] = field(init=False, default_factory=queue.SimpleQueue)
+    _dropper: threading.Thread | None = field(init=False, default=None)
 
     @property
     def data_dir(self) -> Path:
@@ -231,7 +239,24 @@ class Cluster:
                     raise RuntimeError(f"the test cluster did not accept connections: {exc}\n{self._log_tail()}") from exc
                 time.sleep(0.02)  # polling a condition with a deadline, not synchronising on time
 
+    def drop_later(self, url: str) -> None:
+        """Drop a test's database in the background; ``stop()`` waits for the queue to drain."""
+        if self._dropper is None:
+            self._dropper = threading.Thread(target=self._drop_queued, name="pg-test-dropper", daemon=True)
+            self._dropper.start()
+        self._drops.put(url)
+
+    def _drop_queued(self) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            while (url := self._drops.get()) is not None:
+                name = urlsplit(url).path.lstrip("/")
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
     def stop(self) -> None:
+        if self._dropper is not None:
+            self._drops.put(None)
+            self._dropper.join(timeout=60)
+            self._dropper = None
         if self._admin is not None:
             self._admin.close()
             self._admin = None
@@ -269,6 +294,14 @@ def fresh_database(cluster: Cluster) -> str:
     """A new empty database (from template0, so nothing a test left in template1 leaks); its URL."""
     name = f"t_{secrets.token_hex(6)}"
     cluster.admin(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+    return cluster.url(name)
+
+
+def copy_database(cluster: Cluster, template_url: str) -> str:
+    """A new database copied from another (migrated, seeded) one, which must have no open connection."""
+    name = f"t_{secrets.token_hex(6)}"
+    template = urlsplit(template_url).path.lstrip("/")
+    cluster.admin(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
     return cluster.url(name)
 
 
@@ -319,4 +352,4 @@ def postgres_url(pg_cluster: Cluster) -> Iterator[str]:
     try:
         yield url
     finally:
-        drop_database(pg_cluster, url)
+        pg_cluster.drop_later(url)
