@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, ParamSpec, Protocol, TypeVar
+from typing import Any, Final, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 import orjson
 import structlog
@@ -49,6 +49,10 @@ MAX_BATCH: Final = 64
 
 class SchemaTooNew(RuntimeError):
     """The database was written by a newer Taskloom; we refuse to touch it."""
+
+
+class StoreUnreachable(RuntimeError):
+    """The database server cannot be reached, or refused the connection: named by host and port."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,17 @@ class LogFollower(Protocol):
         """One read transaction: everything read inside it is one consistent state."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class SharedSecrets(Protocol):
+    """An engine several board processes share keeps the board's secrets itself (PostgreSQL)."""
+
+    def read_secret(self, key: str) -> str | None: ...
+
+    def write_secret(self, key: str, value: str, *, only_if_absent: bool = False, notify_token: bool = False) -> str: ...
+
+    def add_token_listener(self, listener: Callable[[], None]) -> None: ...
 
 
 class WriterStore:

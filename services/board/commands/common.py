@@ -99,7 +99,7 @@ def apply_labels(tx: Tx, project_id: str, before: list[str], after: list[str]) -
             continue
         tx.execute(
             "INSERT INTO labels (project_id, name, use_count, created_at, last_used_at) VALUES (?, ?, 1, ?, ?)"
-            " ON CONFLICT (project_id, name) DO UPDATE SET use_count = use_count + 1,"
+            " ON CONFLICT (project_id, name) DO UPDATE SET use_count = labels.use_count + 1,"
             " last_used_at = excluded.last_used_at, archived_at = NULL",
             (project_id, name, tx.now, tx.now),
         )
@@ -107,7 +107,8 @@ def apply_labels(tx: Tx, project_id: str, before: list[str], after: list[str]) -
         if name in after:
             continue
         tx.execute(
-            "UPDATE labels SET use_count = max(use_count - 1, 0), last_used_at = ? WHERE project_id = ? AND name = ?",
+            "UPDATE labels SET use_count = CASE WHEN use_count > 0 THEN use_count - 1 ELSE 0 END, last_used_at = ?"
+            " WHERE project_id = ? AND name = ?",
             (tx.now, project_id, name),
         )
 
@@ -120,7 +121,7 @@ def touch_actor(tx: Tx, kind: str, actor_id: str) -> dict[str, str]:
     domain.check_actor_kind(kind, "kind")
     tx.execute(
         "INSERT INTO actors (kind, id, use_count, first_seen_at, last_seen_at) VALUES (?, ?, 1, ?, ?)"
-        " ON CONFLICT (kind, id) DO UPDATE SET use_count = use_count + 1, last_seen_at = excluded.last_seen_at",
+        " ON CONFLICT (kind, id) DO UPDATE SET use_count = actors.use_count + 1, last_seen_at = excluded.last_seen_at",
         (kind, actor_id, tx.now, tx.now),
     )
     return {"kind": kind, "id": actor_id}
