@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from importlib import resources
 from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
 
 import psycopg
 import psycopg.errors
@@ -75,12 +76,23 @@ MIGRATION_LOCK: Final = 0x7461736B6C6F6F6D  # "taskloom"
 def describe_target(url: str) -> str:
     """``host:port/dbname`` of a connection URL, for one-line errors (never the password)."""
     try:
-        parts = conninfo_to_dict(url)
+        parts: dict[str, Any] = dict(conninfo_to_dict(url))
     except psycopg.ProgrammingError:
-        return "an unparsable PostgreSQL URL"
+        split = urlsplit(url)
+        try:
+            number = split.port
+        except ValueError:
+            number = None
+        parts = {"host": split.hostname, "port": number, "dbname": split.path.lstrip("/")}
     host = str(parts.get("host") or parts.get("hostaddr") or "localhost")
     port = str(parts.get("port") or "5432")
     return f"{host}:{port}/{parts.get('dbname') or parts.get('user') or ''}"
+
+
+def check_url(url: str) -> None:
+    """A ``postgresql://`` (or ``postgres://``) URL, or StoreUnreachable saying what is wrong with it."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise StoreUnreachable(f"--database takes a postgresql://host:port/dbname URL, not {url.split(':', 1)[0]!r}")
 
 
 def migrations() -> list[tuple[int, str]]:
@@ -186,7 +198,7 @@ def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
     try:
         conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.ProgrammingError as exc:
-        raise StoreUnreachable(f"the PostgreSQL URL cannot be read: {exc}") from exc
+        raise StoreUnreachable(f"cannot use PostgreSQL at {describe_target(url)}: the URL cannot be read ({exc})") from exc
     except psycopg.OperationalError as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise StoreUnreachable(f"cannot reach PostgreSQL at {describe_target(url)}: {reason}") from exc
@@ -220,6 +232,7 @@ def migrate(url: str) -> None:
     version there, so two processes starting on one fresh database apply every file once.
     """
     latest = schema_version()
+    check_url(url)
     with connect(url) as conn:
         _refuse_newer(url, current_version(conn), latest)
         for number, script in migrations():
@@ -313,6 +326,8 @@ class PostgresStore(WriterStore):
             timeout=READ_TIMEOUT_S,
             kwargs={"connect_timeout": CONNECT_TIMEOUT_S},
             configure=self._configure_reader,
+            # A connection the server dropped is found before use, so reads heal when it returns.
+            check=ConnectionPool.check_connection,
             name="taskloom-readers",
         )
         self._pool.open(wait=False)
