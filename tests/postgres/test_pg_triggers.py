@@ -25,7 +25,7 @@ import pytest
 
 from services.board.sqlite_store import migrate as migrate_sqlite
 from services.board.sqlite_store import migrations as sqlite_migrations
-from tests.support.postgres import Cluster, apply_migrations, migration_files
+from tests.support.postgres import Cluster, apply_migrations, fresh_database, migration_files
 from tests.support.waiting import wait_until
 
 #: Tables only the PostgreSQL schema has: what SQLite's board keeps as files in its data dir.
@@ -482,3 +482,67 @@ def test_text_compares_byte_wise_as_in_sqlite(lite: SqliteEngine, pg: PostgresEn
     assert lite.rows(query) == pg.rows(query) == [(t,) for t in ["10", "9", "B", "Z", "_", "a", "b", "é"]]
     label = "INSERT INTO labels (project_id, name, created_at, last_used_at) VALUES ('demo', 'É', 'x', 'x')"
     assert lite.refusal(label) is None and pg.refusal(label) is None  # lower() folds ASCII only, on both
+
+
+# -- the store's migrate on PostgreSQL: a newer schema refused untouched ------------------------
+
+
+def whole_database(url: str) -> dict[str, Any]:
+    """Everything a migrate could change: each table's rows, the objects, the triggers."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [name for (name,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")]
+        state: dict[str, Any] = {table: conn.execute(f'SELECT * FROM "{table}" ORDER BY 1'.encode()).fetchall() for table in tables}
+        state["objects"] = conn.execute(
+            "SELECT relname, relkind FROM pg_class WHERE relnamespace = 'public'::regnamespace ORDER BY 1").fetchall()
+        state["triggers"] = conn.execute("SELECT tgname, tgenabled FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1").fetchall()
+        state["functions"] = conn.execute(
+            "SELECT proname, md5(prosrc) FROM pg_proc WHERE pronamespace = 'public'::regnamespace ORDER BY 1").fetchall()
+    return state
+
+
+def test_a_database_of_a_newer_schema_is_refused_untouched(postgres_url: str) -> None:
+    from services.board.postgres_store import migrate, schema_version
+    from services.board.store import SchemaTooNew
+
+    migrate(postgres_url)
+    newer = schema_version() + 1
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (%s, %s)", (newer, TS))
+    before = whole_database(postgres_url)
+
+    with pytest.raises(SchemaTooNew) as refused:
+        migrate(postgres_url)
+
+    assert f"schema version {newer}" in str(refused.value) and "not modified" in str(refused.value)
+    assert whole_database(postgres_url) == before
+
+
+def test_the_store_migrate_and_the_files_applied_by_hand_give_the_same_database(pg_cluster: Cluster) -> None:
+    from services.board.postgres_store import migrate
+
+    by_store, by_hand = fresh_database(pg_cluster), fresh_database(pg_cluster)
+    try:
+        migrate(by_store)
+        migrate(by_store)  # a second start changes nothing
+        apply_migrations(by_hand)
+        store_side, hand_side = whole_database(by_store), whole_database(by_hand)
+        # The store adds the board's id; the files record when they ran.
+        assert [key for key, _, _ in store_side.pop("board_meta")] == ["board_id", "floor"]
+        assert [key for key, _, _ in hand_side.pop("board_meta")] == ["floor"]
+        assert [row[0] for row in store_side.pop("schema_version")] == [row[0] for row in hand_side.pop("schema_version")]
+        assert store_side == hand_side
+        migrate(by_hand)  # a database made by psql is taken up as it is
+        assert [row[0] for row in whole_database(by_hand)["schema_version"]] == [n for n, _, _ in migration_files()]
+    finally:
+        pg_cluster.drop_later(by_store)
+        pg_cluster.drop_later(by_hand)
+
+
+def test_every_trigger_the_files_define_exists_and_is_enabled(pg: PostgresEngine) -> None:
+    defined: set[str] = set()
+    for _, _, script in migration_files():
+        for verb, name in re.findall(r"(?im)^(CREATE|DROP) TRIGGER (\w+)", script):
+            (defined.add if verb.upper() == "CREATE" else defined.discard)(name)
+    present = dict(pg.rows("SELECT tgname, tgenabled FROM pg_trigger WHERE NOT tgisinternal"))
+    assert set(present) == defined and len(defined) > 30
+    assert set(present.values()) == {"O"}  # enabled ("origin"): none disabled
