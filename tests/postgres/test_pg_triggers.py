@@ -285,6 +285,12 @@ ALLOWED: list[str] = [
     "INSERT INTO attachments (id, task_id, filename, content_type, size, sha256, created_at, updated_at)"
     f" VALUES ('att1', 't_b', 'log.txt', 'text/plain', 3, '{'ab' * 32}', '{TS}', '{TS}')",
     "UPDATE projects SET readme = 'Read me' WHERE id = 'demo'",
+    # An upsert that finds its row counts as the update it becomes, or as nothing: never as an insert.
+    f"INSERT INTO projects (id, name, prefix, created_at, updated_at) VALUES ('demo', 'Demo', 'DEMO', '{TS}', '{TS}')"
+    " ON CONFLICT (id) DO NOTHING",
+    task("t_b", number=2) + " ON CONFLICT (id) DO UPDATE SET title = excluded.title",
+    task("t_b", number=2) + " ON CONFLICT (id) DO UPDATE SET acceptance_revision = 4",
+    task("t_new", number=50) + " ON CONFLICT (id) DO NOTHING",
     "UPDATE projects SET updated_at = 'later' WHERE id = 'other'",  # not a stamped column
     activity("task_updated", '{"title": "Renamed"}', task="t_b"),
     activity("task_updated", '{"note": "with a NUL escape \\u0000"}', task="t_b"),

@@ -240,7 +240,8 @@ CREATE INDEX task_activities_by_task ON task_activities (task_id, id);
 -- (task_activities_bump), row by row. PostgreSQL runs AFTER ROW triggers only when the whole
 -- statement is done, so a multi-row INSERT would see a stale counter for its second row; check and
 -- bump are therefore one BEFORE ROW step, which is the same per-row sequence. A failed insert
--- aborts the statement, bump included.
+-- aborts the statement, bump included. (Unlike SQLite, an activity row that INSERT … ON CONFLICT
+-- DO NOTHING skips would still count; the log is only ever appended with plain INSERTs.)
 CREATE FUNCTION task_activities_revision_matches() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     current_revision BIGINT;
@@ -277,21 +278,42 @@ FOR EACH STATEMENT EXECUTE FUNCTION task_activities_append_only();
 -- Tracked rows carry the revision of their last change (an ETag). A change to anything hanging off
 -- a task stamps the task too, so the card's revision moves whenever its brief would.
 --
--- SQLite stamps a project or task row from an AFTER trigger that updates the row again; here the
--- BEFORE trigger sets NEW.revision, the same value without a second write. The column lists are
--- SQLite's: only an UPDATE naming one of them stamps.
+-- An insert stamps its own row from an AFTER trigger that updates it again, as SQLite does: a
+-- BEFORE trigger would also fire for a row that INSERT … ON CONFLICT then skips or turns into an
+-- update, and count a revision SQLite does not. An update sets NEW.revision in a BEFORE trigger:
+-- the same value as SQLite's second write, without it. The column lists are SQLite's: only an
+-- UPDATE naming one of them stamps (the stamping UPDATE names only `revision`, so fires none).
+CREATE FUNCTION projects_stamp_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    stamped BIGINT;
+BEGIN
+    UPDATE global_revision SET revision = revision + 1 WHERE singleton = 1 RETURNING revision INTO stamped;
+    UPDATE projects SET revision = stamped WHERE id = NEW.id;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER projects_stamp_insert AFTER INSERT ON projects
+FOR EACH ROW EXECUTE FUNCTION projects_stamp_insert();
+CREATE FUNCTION tasks_stamp_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    stamped BIGINT;
+BEGIN
+    UPDATE global_revision SET revision = revision + 1 WHERE singleton = 1 RETURNING revision INTO stamped;
+    UPDATE tasks SET revision = stamped WHERE id = NEW.id;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER tasks_stamp_insert AFTER INSERT ON tasks
+FOR EACH ROW EXECUTE FUNCTION tasks_stamp_insert();
+
 CREATE FUNCTION stamp_own_row() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE global_revision SET revision = revision + 1 WHERE singleton = 1 RETURNING revision INTO NEW.revision;
     RETURN NEW;
 END;
 $$;
-CREATE TRIGGER projects_stamp_insert BEFORE INSERT ON projects
-FOR EACH ROW EXECUTE FUNCTION stamp_own_row();
 CREATE TRIGGER projects_stamp_update BEFORE UPDATE OF
     name, workspace_path, readme, meta_json, settings_json, next_number ON projects
-FOR EACH ROW EXECUTE FUNCTION stamp_own_row();
-CREATE TRIGGER tasks_stamp_insert BEFORE INSERT ON tasks
 FOR EACH ROW EXECUTE FUNCTION stamp_own_row();
 CREATE TRIGGER tasks_stamp_update BEFORE UPDATE OF
     title, description, kind, priority, status, labels_json, assignee_kind, assignee_id,
