@@ -245,16 +245,54 @@ REFUSALS: list[tuple[str, list[str], str, str]] = [
 ]
 
 
+@pytest.fixture(scope="module")
+def seeded_pair(pg_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SqliteEngine, PostgresEngine]]:
+    """One seeded database per engine for the refusal cases, each case inside a transaction rolled
+    back at its end (a fresh database per case would cost more than the case)."""
+    path = tmp_path_factory.mktemp("refusals") / "board.sqlite"
+    migrate_sqlite(path)
+    url = fresh_database(pg_cluster)
+    apply_migrations(url)
+    with closing(sqlite3.connect(path, isolation_level=None)) as lite_conn, psycopg.connect(url, autocommit=True) as pg_conn:
+        lite_conn.execute("PRAGMA foreign_keys = ON")
+        for statement in SEED:
+            lite_conn.execute(statement)
+        pg_conn.execute(";\n".join(SEED).encode())
+        yield SqliteEngine(lite_conn), PostgresEngine(pg_conn)
+    pg_cluster.drop_later(url)
+
+
 @pytest.mark.parametrize(("case", "scene", "statement", "message"), REFUSALS, ids=[case for case, *_ in REFUSALS])
 def test_a_raw_statement_is_refused_with_the_same_text_on_both_engines_and_writes_nothing(
-    lite: SqliteEngine, pg: PostgresEngine, case: str, scene: list[str], statement: str, message: str,
+    seeded_pair: tuple[SqliteEngine, PostgresEngine], case: str, scene: list[str], statement: str, message: str,
 ) -> None:
-    for engine in (lite, pg):
-        for setup in scene:
-            engine.run(setup)
-        before = snapshot(engine)
-        assert engine.refusal(statement) == message, f"{engine.name}: {case}"
-        assert snapshot(engine) == before, f"{engine.name} wrote something while refusing: {case}"
+    for engine in seeded_pair:
+        seed_state = snapshot(engine)
+        if not scene:
+            # As an outside writer sends it: one autocommit statement, then look at what is stored.
+            assert engine.refusal(statement) == message, f"{engine.name}: {case}"
+            assert snapshot(engine) == seed_state, f"{engine.name} wrote something while refusing: {case}"
+            continue
+        # The scene's rows (some append-only) must not outlive the case: all of it in one
+        # transaction, rolled back. SQLite's transaction goes on after a refused statement, so its
+        # state is read as the refusal left it; PostgreSQL's needs a savepoint to go on, and then
+        # what a failed statement leaves is whatever its atomicity leaves: nothing.
+        engine.run("BEGIN")
+        try:
+            for setup in scene:
+                engine.run(setup)
+            before = snapshot(engine)
+            if isinstance(engine, PostgresEngine):
+                engine.run("SAVEPOINT refused")
+            refusal = engine.refusal(statement)
+            if isinstance(engine, PostgresEngine):
+                engine.run("ROLLBACK TO SAVEPOINT refused")
+            after = snapshot(engine)
+        finally:
+            engine.run("ROLLBACK")
+        assert refusal == message, f"{engine.name}: {case}"
+        assert after == before, f"{engine.name} wrote something while refusing: {case}"
+        assert snapshot(engine) == seed_state
 
 
 # -- what the rules allow: the same outcome and the same revisions on both engines ------------
