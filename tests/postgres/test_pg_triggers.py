@@ -515,6 +515,7 @@ def test_the_rowid_grows_in_insertion_order_and_is_the_id_on_the_activity_log(en
                f" VALUES ('a_late_but_small_id', 't_b', 'note', 'Second', 'human', 'ann', 1, '{TS}')")
     assert engine.rows("SELECT id FROM comments ORDER BY rowid") == [("c1",), ("a_late_but_small_id",)]
     assert engine.rows("SELECT count(*) FROM task_activities WHERE rowid = id") == engine.rows("SELECT count(*) FROM task_activities")
+    assert engine.rows("SELECT rowid, singleton FROM global_revision") == [(1, 1)]
 
 
 def test_text_compares_byte_wise_as_in_sqlite(lite: SqliteEngine, pg: PostgresEngine) -> None:
