@@ -474,7 +474,10 @@ SQLITE_TYPES = {"INTEGER": "bigint", "TEXT": "text", "BLOB": "bytea"}
 
 
 def sqlite_columns(engine: SqliteEngine) -> dict[str, list[tuple[str, str, bool, str | None, int]]]:
-    tables = [name for (name,) in engine.rows("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    # Ordinary tables only: a virtual table (an FTS index) and its shadow tables are SQLite's own
+    # machinery, which PostgreSQL answers another way.
+    tables = sorted(name for _, name, kind, *_ in engine.rows("PRAGMA table_list")
+                    if kind == "table" and not name.startswith("sqlite_"))
     return {
         table: [(name, SQLITE_TYPES[kind], bool(notnull) or pk == 1, default, pk)
                 for _, name, kind, notnull, default, pk in engine.rows(f"PRAGMA table_info({table})")]
