@@ -594,3 +594,11 @@ def test_every_trigger_the_files_define_exists_and_is_enabled(pg: PostgresEngine
     present = dict(pg.rows("SELECT tgname, tgenabled FROM pg_trigger WHERE NOT tgisinternal"))
     assert set(present) == defined and len(defined) > 30
     assert set(present.values()) == {"O"}  # enabled ("origin"): none disabled
+
+
+def test_the_postgresql_triggers_raise_exactly_the_texts_the_sqlite_triggers_raise() -> None:
+    # One error translation (services/board/store.py trigger_refusal) serves both engines only if
+    # neither engine has a refusal text the other lacks.
+    sqlite_texts = {text for _, script in sqlite_migrations() for text in re.findall(r"RAISE\(ABORT, '([^']*)'\)", script)}
+    postgres_texts = {text for _, _, script in migration_files() for text in re.findall(r"RAISE EXCEPTION '([^']*)'", script)}
+    assert postgres_texts == sqlite_texts and len(sqlite_texts) > 15
