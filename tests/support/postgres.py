@@ -283,10 +283,14 @@ class Cluster:
         """Run one statement through the real ``psql`` client, as an operator would."""
         if self.binaries.psql is None:
             raise PostgresMissing(f"no psql found next to {self.binaries.bindir} or on PATH. {INSTALL}")
+        parts = urlsplit(url)
+        # The password goes in the environment, not on a command line other users' `ps` shows.
+        env = {**os.environ, "PGPASSWORD": parts.password or ""}
+        bare = parts._replace(netloc=f"{parts.username}@{parts.hostname}:{parts.port}").geturl()
         return subprocess.run(
-            [str(self.binaries.psql), "--no-psqlrc", "--quiet", "--set", "ON_ERROR_STOP=1", "--dbname", url,
+            [str(self.binaries.psql), "--no-psqlrc", "--quiet", "--set", "ON_ERROR_STOP=1", "--dbname", bare,
              "--command", statement],
-            capture_output=True, text=True, check=False, timeout=60,
+            capture_output=True, text=True, check=False, timeout=60, env=env,
         )
 
 
