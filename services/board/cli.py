@@ -28,7 +28,8 @@ from .lock import LOCK_FILE, DataDirBusy, DataDirLock
 from .pointer import remove_pointer_if_mine, write_pointer
 from .process import ShutdownSignals, configure_logging, exit_forced
 from .settings import SERVE_KNOBS, BoardSettings
-from .store import SchemaDamaged, SchemaTooNew, migrate, verify_triggers
+from .sqlite_store import SchemaDamaged, migrate, verify_triggers
+from .store import SchemaTooNew, StoreUnreachable
 
 #: What the board keeps in its data directory, made owner-only at every start (docs/security.md).
 DATA_FILES = (
@@ -160,6 +161,11 @@ def prepare_data_dir(directory: Path, runtime: Path) -> DataDirLock:
 
 def check_schema(settings: BoardSettings, *, repair: bool) -> None:
     """Migrate, then make sure every trigger the migrations define is there (or recreate them)."""
+    if settings.database:
+        from . import postgres_store  # psycopg is loaded only by a board that uses it
+
+        postgres_store.migrate(settings.database)
+        return
     migrate(settings.database_path)
     repaired = verify_triggers(settings.database_path, repair=repair)
     if repaired:
@@ -197,6 +203,9 @@ def serve_command(*, data_dir: Path | None, repair_schema: bool, **params: Any) 
         asyncio.run(serve(settings, lock=lock, startup=startup))
     except (SchemaTooNew, SchemaDamaged, DataDirBusy, NotOwned) as exc:
         raise click.ClickException(str(exc)) from exc
+    except StoreUnreachable as exc:
+        # The PostgreSQL server named by --database cannot be reached: one line, host and port, exit 1.
+        raise click.ClickException(str(exc)) from None
     except (OSError, sqlite3.Error) as exc:
         if startup.done:
             raise

@@ -26,7 +26,7 @@ from aiohttp import web
 from shared.sse import PING, encode_id_only, encode_named, encode_retry
 
 from .logreader import Frame, LogReader, Page, read_page
-from .store import SqliteStore
+from .store import WriterStore
 
 log = structlog.get_logger("taskd.stream")
 
@@ -90,7 +90,7 @@ class Stream:
         self,
         request: web.Request,
         *,
-        store: SqliteStore,
+        store: WriterStore,
         reader: LogReader,
         position: int,
         projection: Projection,

@@ -14,11 +14,11 @@ from aiohttp import web
 from .auth import Credentials, Session
 from .logreader import LogReader
 from .settings import BoardSettings
-from .store import Actor, SqliteStore
+from .store import Actor, WriterStore
 from .stream_registry import StreamRegistry
 
 SETTINGS: Final = web.AppKey("settings", BoardSettings)
-STORE: Final = web.AppKey("store", SqliteStore)
+STORE: Final = web.AppKey("store", WriterStore)
 CREDENTIALS: Final = web.AppKey("credentials", Credentials)
 #: The actor a request without actor headers writes as (``taskd serve --actor``); unset: none.
 DEFAULT_ACTOR: Final = web.AppKey("default_actor", Actor)

@@ -121,6 +121,12 @@ class BoardSettings:
         type=click.FloatRange(min=1), help="Seconds after its login that any browser session ends.",
     )
 
+    database: str | None = knob(
+        None, env="TASKLOOM_DATABASE_URL", metavar="URL",
+        help="postgresql://… URL: serve that PostgreSQL database (several boards may serve one) instead of "
+             "board.sqlite in the data directory.",
+    )
+
     @property
     def database_path(self) -> Path:
         return self.data_dir / "board.sqlite"

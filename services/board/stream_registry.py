@@ -20,7 +20,7 @@ from .client_stream import DISCONNECTED, SERVER_STOPPING, Stream
 from .descriptors import fewer_free_than
 from .logreader import LogReader
 from .settings import BoardSettings
-from .store import SqliteStore
+from .store import WriterStore
 
 log = structlog.get_logger("taskd.streaming")
 
@@ -137,7 +137,7 @@ class StreamRegistry:
                     stream.ping(now, self.ping_interval)
 
 
-def setup(app: web.Application, *, settings: BoardSettings, store: SqliteStore) -> tuple[LogReader, StreamRegistry]:
+def setup(app: web.Application, *, settings: BoardSettings, store: WriterStore) -> tuple[LogReader, StreamRegistry]:
     """A log reader and a stream registry tied to the app's lifecycle; the app keeps both under
     its keys (``keys.LOG_READER``, ``keys.STREAMS``), so this module needs none of them."""
     reader = LogReader(store, poll_interval=settings.external_poll_interval)

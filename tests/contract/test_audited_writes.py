@@ -35,7 +35,9 @@ EXEMPT_HELPERS: dict[tuple[str, str], str] = {
 
 #: Writes outside the commands: the schema itself and the seam's own append.
 STORE_WRITERS: dict[tuple[str, str], str] = {
-    ("services/board/store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
+    ("services/board/sqlite_store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
+    ("services/board/postgres_store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
+    ("services/board/postgres_store.py", "PostgresStore.write_secret"): "the shared board token is not board state (SPEC §4.4)",
     ("services/board/store.py", "Tx.record"): "the activity append itself",
 }
 

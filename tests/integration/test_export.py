@@ -24,7 +24,8 @@ import pytest
 from services.board.commands import projects, tasks
 from services.board.commands.common import set_status
 from services.board.queries.tasks import require_task
-from services.board.store import Actor, SqliteStore, Tx
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor, Tx
 from shared import events
 from shared.timestamps import format_timestamp
 from tests.support.board import VENV_BIN, BoardClient, RunningBoard, TaskdProcess, start_board

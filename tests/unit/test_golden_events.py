@@ -18,7 +18,8 @@ import pytest
 
 import shared.fixtures
 from services.board.queries.activities import ACTIVITY_COLUMNS, to_frame
-from services.board.store import Actor, SqliteStore, Tx
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor, Tx
 from shared import events
 
 FIXTURES = Path(shared.fixtures.__file__).parent

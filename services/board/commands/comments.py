@@ -7,12 +7,12 @@ same transaction: ``comment_added`` then ``task_resumed``.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 
+from ..dialect import Row
 from ..queries.comments import comment_to_dict
 from ..queries.tasks import task_to_dict
 from ..store import Tx
@@ -29,7 +29,7 @@ def _check_body(body: str, what: str) -> str:
     return body
 
 
-def _insert_comment(tx: Tx, task: sqlite3.Row, kind: str, body: str) -> str:
+def _insert_comment(tx: Tx, task: Row, kind: str, body: str) -> str:
     """Write the comment row and its ``comment_added`` row; returns the comment id."""
     comment_id = new_id()
     tx.execute(

@@ -8,12 +8,12 @@ schema's ``relations_parent_rules`` trigger repeats the parent rules as a backst
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from shared import domain, events
 from shared.errors import TaskloomError, not_found, validation
 
+from ..dialect import Row
 from ..queries.relations import relation_to_dict
 from ..queries.tasks import require_task
 from ..store import Tx
@@ -38,7 +38,7 @@ def _reaches(tx: Tx, type_: str, start: str, goal: str) -> bool:
     return row is not None
 
 
-def _cycle(type_: str, source: sqlite3.Row, target: sqlite3.Row) -> TaskloomError:
+def _cycle(type_: str, source: Row, target: Row) -> TaskloomError:
     return _refuse(
         "RELATION_CYCLE",
         f"{target['identifier']} already leads to {source['identifier']} through {type_};"
@@ -61,7 +61,7 @@ def _chain_length(tx: Tx, task_id: str, *, upward: bool) -> int:
     return int(row[0])
 
 
-def _check_parent(tx: Tx, parent: sqlite3.Row, child: sqlite3.Row) -> None:
+def _check_parent(tx: Tx, parent: Row, child: Row) -> None:
     if parent["kind"] != "epic":
         raise _refuse(
             "RELATION_INVALID",

@@ -9,12 +9,12 @@ the independent-approval rule (``tasks.check_approval``) holds that actor to it.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from shared import domain, events
 from shared.errors import TaskloomError, not_found, validation
 
+from ..dialect import Row
 from ..queries.reports import report_to_dict
 from ..queries.tasks import task_to_dict
 from ..report_format import check_report
@@ -37,7 +37,7 @@ def _check_body(body: str) -> None:
         )
 
 
-def _insert_report(tx: Tx, task: sqlite3.Row, body: str) -> str:
+def _insert_report(tx: Tx, task: Row, body: str) -> str:
     """Write the report row and its ``report_written`` row; returns the report id."""
     report_id = new_id()
     tx.execute(
@@ -77,14 +77,14 @@ def write_report(tx: Tx, ref: str, *, body: str) -> dict[str, Any]:
     return report_to_dict(written(tx.one("SELECT * FROM reports WHERE id = ?", (report_id,))))
 
 
-def _latest_report(tx: Tx, task: sqlite3.Row) -> sqlite3.Row | None:
+def _latest_report(tx: Tx, task: Row) -> Row | None:
     return tx.one(
         "SELECT * FROM reports WHERE task_id = ? AND round = ? ORDER BY rowid DESC LIMIT 1",
         (task["id"], task["delivery_round"]),
     )
 
 
-def _named_report(tx: Tx, task: sqlite3.Row, report_id: str) -> sqlite3.Row:
+def _named_report(tx: Tx, task: Row, report_id: str) -> Row:
     report = tx.one("SELECT * FROM reports WHERE id = ? AND task_id = ?", (report_id, task["id"]))
     if report is None:
         raise not_found("report", report_id)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from datetime import timedelta
 from typing import Any
+
+import orjson
 
 from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 from shared.json_bounds import check_free_form
 from shared.timestamps import parse_timestamp
 
+from ..dialect import Row
 from ..queries.projects import require_project
 from ..queries.tasks import task_to_dict
 from ..store import Tx
@@ -64,7 +66,7 @@ def _title(raw: str | None) -> str:
     return title
 
 
-def _refuse_unparenting(tx: Tx, task: sqlite3.Row, kind: str) -> None:
+def _refuse_unparenting(tx: Tx, task: Row, kind: str) -> None:
     """An epic with children stays an epic: its children would hang off a parent that is not one."""
     if task["kind"] != "epic" or kind == "epic":
         return
@@ -332,7 +334,7 @@ def heartbeat_task(tx: Tx, ref: str) -> dict[str, Any]:
     return task_to_dict(reload(tx, task["id"]))
 
 
-def check_move(task: sqlite3.Row, to: str) -> None:
+def check_move(task: Row, to: str) -> None:
     """Refuse a move the graph or the terminal rule forbids, with the command that would do it."""
     _choice(to, domain.STATUSES, "to")
     current = task["status"]
@@ -351,29 +353,42 @@ def check_move(task: sqlite3.Row, to: str) -> None:
         )
 
 
-def has_current_report(tx: Tx, task: sqlite3.Row) -> sqlite3.Row | None:
+def has_current_report(tx: Tx, task: Row) -> Row | None:
     return tx.one(
         "SELECT * FROM reports WHERE task_id = ? AND round = ? ORDER BY created_at DESC LIMIT 1",
         (task["id"], task["delivery_round"]),
     )
 
 
-def check_approval(tx: Tx, task: sqlite3.Row) -> None:
+def check_approval(tx: Tx, task: Row) -> None:
     """``in_review → done`` under mode review needs an independent current-round ``confirm``."""
     if task["acceptance_mode"] != "review":
         return
     # The approval must come after the delivery it approves: a confirm written earlier in the round
     # reviewed work that was still changing. Revision order is the log's only order.
-    approval = tx.one(
-        "SELECT 1 FROM comments c JOIN task_activities a"
-        "  ON a.task_id = c.task_id AND a.event = 'comment_added' AND json_extract(a.changes_json, '$.commentId') = c.id"
-        " WHERE c.task_id = :task AND c.kind = 'confirm' AND c.round = :round AND c.actor_id IS NOT :delivered_by"
-        "   AND a.revision > (SELECT coalesce(max(revision), 0) FROM task_activities"
-        "                      WHERE task_id = :task AND (event IN ('task_delivered', 'report_waived')"
-        "                         OR (event = 'task_moved' AND json_extract(changes_json, '$.to') = 'in_review')))",
-        {"task": task["id"], "round": task["delivery_round"], "delivered_by": task["delivered_by"]},
+    # The JSON inside the activity rows is read here, not in SQL (each engine spells that differently).
+    delivered_at = 0
+    for row in tx.all(
+        "SELECT revision, event, changes_json FROM task_activities"
+        " WHERE task_id = ? AND event IN ('task_delivered', 'report_waived', 'task_moved') ORDER BY revision",
+        (task["id"],),
+    ):
+        if row["event"] != "task_moved" or orjson.loads(row["changes_json"]).get("to") == "in_review":
+            delivered_at = row["revision"]
+    confirms = {
+        row["id"]
+        for row in tx.all("SELECT id, actor_id FROM comments WHERE task_id = ? AND kind = 'confirm' AND round = ?",
+                          (task["id"], task["delivery_round"]))
+        if row["actor_id"] != task["delivered_by"]
+    }
+    approved = bool(confirms) and any(
+        orjson.loads(row["changes_json"]).get("commentId") in confirms
+        for row in tx.all(
+            "SELECT changes_json FROM task_activities WHERE task_id = ? AND event = 'comment_added' AND revision > ?",
+            (task["id"], delivered_at),
+        )
     )
-    if approval is None:
+    if not approved:
         raise TaskloomError(
             "APPROVAL_REQUIRED",
             f"{task['identifier']} needs an approving confirm comment from someone other than who delivered it",

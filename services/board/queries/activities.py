@@ -5,7 +5,6 @@ Every function takes a read connection (``store.query(fn, ...)``) so one call is
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +12,7 @@ import orjson
 
 from shared.limits import MAX_CHANGES_BYTES, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 
+from ..dialect import Connection, Row
 from .paging import decode_cursor, page
 
 ACTIVITY_COLUMNS = "id, task_id, project_id, actor_kind, actor_id, event, changes_json, revision, created_at"
@@ -30,7 +30,7 @@ def _changes(text: str) -> Any:
     return orjson.loads(text)
 
 
-def to_frame(row: sqlite3.Row | Mapping[str, Any]) -> dict[str, Any]:
+def to_frame(row: Row | Mapping[str, Any]) -> dict[str, Any]:
     """The activity frame of SPEC §6.1; the same shape on every surface."""
     return {
         "id": row["id"],
@@ -45,16 +45,16 @@ def to_frame(row: sqlite3.Row | Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def head(conn: sqlite3.Connection) -> int:
+def head(conn: Connection) -> int:
     revision: int = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
     return revision
 
 
-def board_meta(conn: sqlite3.Connection) -> dict[str, str]:
+def board_meta(conn: Connection) -> dict[str, str]:
     return {row["key"]: row["value"] for row in conn.execute("SELECT key, value FROM board_meta")}
 
 
-def replay_after(conn: sqlite3.Connection, cursor: int, limit: int = REPLAY_PAGE) -> list[sqlite3.Row]:
+def replay_after(conn: Connection, cursor: int, limit: int = REPLAY_PAGE) -> list[Row]:
     """Streamable rows with ``revision > cursor`` in revision order (NULL revisions never stream)."""
     return conn.execute(
         f"SELECT {ACTIVITY_COLUMNS} FROM task_activities WHERE revision > ? ORDER BY revision LIMIT ?",
@@ -63,7 +63,7 @@ def replay_after(conn: sqlite3.Connection, cursor: int, limit: int = REPLAY_PAGE
 
 
 def list_activities(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     after: int | None = None,
     cursor: str | None = None,

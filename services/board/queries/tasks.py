@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import orjson
 
 from shared.errors import not_found
 
+from ..dialect import Connection, Row, dialect_of
 from .paging import decode_cursor, page
 
 TASK_FIELDS = (
@@ -19,8 +19,8 @@ TASK_FIELDS = (
 )
 
 
-def task_to_dict(row: sqlite3.Row) -> dict[str, Any]:
-    # One C-level pass over the row: a lookup by name on sqlite3.Row scans the column names.
+def task_to_dict(row: Row) -> dict[str, Any]:
+    # One C-level pass over the row: a lookup by name on Row scans the column names.
     values = dict(zip(row.keys(), row))
     task = {name: values[name] for name in TASK_FIELDS}
     task["labels"] = orjson.loads(values["labels_json"])
@@ -28,27 +28,27 @@ def task_to_dict(row: sqlite3.Row) -> dict[str, Any]:
     return task
 
 
-def find_task(conn: sqlite3.Connection, ref: str) -> sqlite3.Row | None:
+def find_task(conn: Connection, ref: str) -> Row | None:
     """A task by uuid or by identifier (``PREFIX-0001``, case-insensitive)."""
-    row: sqlite3.Row | None = conn.execute("SELECT * FROM tasks WHERE id = ?", (ref,)).fetchone()
+    row: Row | None = conn.execute("SELECT * FROM tasks WHERE id = ?", (ref,)).fetchone()
     if row is None:
         row = conn.execute("SELECT * FROM tasks WHERE identifier = ?", (ref.upper(),)).fetchone()
     return row
 
 
-def require_task(conn: sqlite3.Connection, ref: str) -> sqlite3.Row:
+def require_task(conn: Connection, ref: str) -> Row:
     row = find_task(conn, ref)
     if row is None:
         raise not_found("task", ref)
     return row
 
 
-def get_task(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
+def get_task(conn: Connection, ref: str) -> dict[str, Any]:
     return task_to_dict(require_task(conn, ref))
 
 
 def list_tasks(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project: str | None = None,
     status: list[str] | None = None,
@@ -72,7 +72,7 @@ def list_tasks(
         clauses.append("assignee_id = ?")
         params.append(assignee)
     if label is not None:
-        clauses.append("EXISTS (SELECT 1 FROM json_each(labels_json) WHERE value = ?)")
+        clauses.append(dialect_of(conn).json_array_has("labels_json"))
         params.append(label)
     if kind is not None:
         clauses.append("kind = ?")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Final
 
 from aiohttp import hdrs, web
@@ -13,6 +12,7 @@ from shared.events import EVENT_SET, WIRE_NOISE
 from ..api import PREFIX, Call, F, Route
 from ..client_stream import HEADERS as STREAM_HEADERS
 from ..client_stream import Projection, Stream
+from ..dialect import Connection
 from ..keys import LOG_READER, STREAMS
 from ..queries import activities
 from ..queries.projects import require_project
@@ -56,7 +56,7 @@ def event_filter(names: list[str] | None) -> frozenset[str] | None:
 
 
 def open_cursor(
-    conn: sqlite3.Connection, after: int | None, project: str | None, task: str | None
+    conn: Connection, after: int | None, project: str | None, task: str | None
 ) -> tuple[int, str | None]:
     """The start position and the filtered task's id, read in one snapshot (SPEC §6.2)."""
     task_id = require_task(conn, task)["id"] if task is not None else None
