@@ -203,7 +203,7 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
         absolute_seconds=settings.session_absolute_seconds,
     )
     owned = store is None
-    app[STORE] = store or SqliteStore(settings.database_path)
+    app[STORE] = store or SqliteStore(settings.database_path, synchronous=settings.durability)
 
     async def store_lifecycle(app: web.Application) -> AsyncIterator[None]:
         if owned:
