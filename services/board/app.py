@@ -11,7 +11,7 @@ from aiohttp.typedefs import Handler
 
 from shared.errors import TaskloomError
 
-from . import api, auth, stream_registry, ui
+from . import api, auth, compaction, stream_registry, ui
 from .api import Route
 from .keys import (
     CREDENTIALS,
@@ -221,4 +221,5 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     register(app, ALL_ROUTES)
     app[LOG_READER], app[STREAMS] = stream_registry.setup(app, settings=settings, store=app[STORE])
     ui.setup(app)
+    compaction.setup(app, store_key=STORE, settings_key=SETTINGS)
     return app
