@@ -126,7 +126,7 @@ async def import_state_route(call: Call) -> Any:
         # Before the transaction, as for an upload: a blob without a row is harmless, the reverse is not.
         await loop.run_in_executor(None, attachments.write_blob, root, blob, sha256)
     result = await call.store.command(state_import.import_state, state_import.IMPORTER, parsed)
-    log.info("state_imported", actor=f"{asker.kind}:{asker.id}", revision=result["revision"], **result["imported"])
+    log.info("state_imported", asked_by=f"{asker.kind}:{asker.id}", revision=result["revision"], counts=result["imported"])
     return Created(result)
 
 
