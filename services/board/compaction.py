@@ -118,6 +118,7 @@ def write_archive(conn: Any, data_dir: Path, chosen: Plan) -> Path:
     """Step 1: every row to be removed, as its frame, one a line, gzip; durable before it is named."""
     target = archive_path(data_dir, chosen.previous_floor + 1, chosen.through)
     target.parent.mkdir(mode=0o700, exist_ok=True)
+    _remove_uncommitted(target.parent, chosen.previous_floor + 1)
     temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     try:
         with open(temp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed:
@@ -138,6 +139,13 @@ def write_archive(conn: Any, data_dir: Path, chosen: Plan) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return target
+
+
+def _remove_uncommitted(folder: Path, start: int) -> None:
+    """Archives a killed compaction left: they start just past the floor, which never reached them
+    (a committed one moves the floor past its end), and temp files that were never renamed."""
+    for stale in (*folder.glob(f"activities-{start}-*.jsonl.gz"), *folder.glob(".activities-*.tmp")):
+        stale.unlink(missing_ok=True)
 
 
 def raise_floor(tx: Tx, chosen: Plan) -> int:
