@@ -329,3 +329,15 @@ async def test_sigkill_during_compaction_leaves_old_floor_and_rows_or_new_floor_
         assert all(int(name.split("-")[2].split(".")[0]) <= floor or name.startswith(f"activities-{floor + 1}-")
                    for name in names), names
     assert outcomes["old"] >= 1 and outcomes["new"] >= 1, outcomes
+
+
+async def test_a_brief_says_its_earlier_history_was_archived(board: RunningBoard, client: BoardClient) -> None:
+    task = await make_task(client)
+    revisions = await rows_of(board, task, 6)
+    before = (await client.post(f"{API}/export", {"ref": task["id"]})).body["markdown"]
+    assert "archived by retention" not in before
+    await client.post(f"{API}/admin/compact", {"through": revisions[2]})
+    after = (await client.post(f"{API}/export", {"ref": task["id"]})).body["markdown"]
+    history = after.split("## History", 1)[1]
+    assert f"Earlier events (up to revision {revisions[2]}) were archived by retention" in history
+    assert "activities-*.jsonl.gz" in history

@@ -7,6 +7,7 @@ import sqlite3
 from typing import Any
 
 from .activities import ACTIVITY_COLUMNS, to_frame
+from .activities import floor as log_floor
 from .tasks import require_task, task_to_dict
 
 RELATION_EVENTS = ("relation_added", "relation_removed")
@@ -82,4 +83,13 @@ def card_snapshot(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
         ),
         "activities": activities,
         "identifiers": identifiers,
+        # Retention removed this card's earliest rows (its task_created among them): History says so.
+        "archived_through": _archived_through(conn, activities),
     }
+
+
+def _archived_through(conn: Any, rows: list[dict[str, Any]]) -> int | None:
+    floor = log_floor(conn)
+    if floor and not any(row["event"] == "task_created" for row in rows):
+        return floor
+    return None
