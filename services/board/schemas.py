@@ -190,6 +190,11 @@ def _paired(first: str, second: str) -> dict[str, Any]:
 
 #: Rules that tie body fields together, by (METHOD, path).
 BODY_RULES: Final[dict[tuple[str, str], dict[str, Any]]] = {
+    # compaction.plan: exactly one of the two ways to name what goes.
+    ("POST", f"{PREFIX}/admin/compact"): {"oneOf": [
+        {"required": ["through"], "not": {"required": ["older_than_days"]}},
+        {"required": ["older_than_days"], "not": {"required": ["through"]}},
+    ]},
     ("POST", f"{PREFIX}/tasks"): {"allOf": [_paired("assignee_kind", "assignee_id"), _paired("reporter_kind", "reporter_id")]},
     ("POST", f"{TASK}/acceptance"): {
         # acceptance.change_acceptance: something to change, and a reason only with a mode.
