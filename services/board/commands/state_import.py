@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -72,24 +73,36 @@ def _refuse(line: int, message: str, **details: Any) -> TaskloomError:
     return validation(f"line {line}: {message}; nothing was imported", line=line, **details)
 
 
-def _check_field(line: int, kind: Kind, name: str, value: Any) -> None:
-    nullable = name in _NULLABLE.get(kind.name, frozenset())
+@functools.cache
+def _spec(kind_name: str) -> tuple[tuple[tuple[str, str, bool], ...], frozenset[str]]:
+    """Per kind, once: each field with its type word and whether it may be null; the field set."""
+    kind = KIND_BY_NAME[kind_name]
+    nullable = _NULLABLE.get(kind_name, frozenset())
+    fields = []
+    for column in kind.columns:
+        name = kind.field(column)
+        word = "int" if name in _INTS else "object" if name in _OBJECTS else "list" if name in _LISTS else "text"
+        fields.append((name, word, name in nullable))
+    return tuple(sorted(fields)), frozenset(name for name, _, _ in fields)
+
+
+def _check_field(line: int, kind: Kind, name: str, word: str, nullable: bool, value: Any) -> None:
     if value is None:
         if not nullable:
             raise _refuse(line, f"{kind.name}.{name} must not be null", field=name)
         return
-    if name in _INTS:
-        if not isinstance(value, int) or isinstance(value, bool) or not limits.INT64_MIN <= value <= limits.INT64_MAX:
+    if word == "text":
+        if type(value) is not str or "\x00" in value:
+            raise _refuse(line, f"{kind.name}.{name} must be a text without U+0000", field=name)
+    elif word == "int":
+        if type(value) is not int or not limits.INT64_MIN <= value <= limits.INT64_MAX:
             raise _refuse(line, f"{kind.name}.{name} must be an integer", field=name)
-    elif name in _OBJECTS:
+    elif word == "object":
         if not isinstance(value, dict):
             raise _refuse(line, f"{kind.name}.{name} must be an object", field=name)
         check_free_form(value, field=f"line {line}: {kind.name}.{name}")
-    elif name in _LISTS:
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise _refuse(line, f"{kind.name}.{name} must be a list of texts", field=name)
-    elif not isinstance(value, str) or "\x00" in value:
-        raise _refuse(line, f"{kind.name}.{name} must be a text without U+0000", field=name)
+    elif not isinstance(value, list) or not all(type(item) is str for item in value):
+        raise _refuse(line, f"{kind.name}.{name} must be a list of texts", field=name)
     choices = _CHOICES.get((kind.name, name))
     if choices is not None and value not in choices:
         raise _refuse(line, f"{kind.name}.{name} must be one of {', '.join(choices)}", field=name, value=value)
@@ -124,14 +137,14 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
     if set(line_record) != outer or not isinstance(line_record["row"], dict):
         raise _refuse(line, f"a {kind.name} line is {{{', '.join(sorted(outer))}}} with row an object")
     record: dict[str, Any] = line_record["row"]
-    expected = {kind.field(column) for column in kind.columns}
-    missing, unknown = sorted(expected - set(record)), sorted(set(record) - expected)
-    if missing or unknown:
+    fields, expected = _spec(kind.name)
+    if record.keys() != expected:
+        missing, unknown = sorted(expected - set(record)), sorted(set(record) - expected)
         raise _refuse(line, f"a {kind.name} row must have exactly its fields"
                       + (f"; missing: {', '.join(missing)}" if missing else "")
                       + (f"; unknown: {', '.join(unknown)}" if unknown else ""), missing=missing, unknown=unknown)
-    for name in sorted(expected):
-        _check_field(line, kind, name, record[name])
+    for name, word, nullable in fields:
+        _check_field(line, kind, name, word, nullable, record[name])
     if kind.name == "project":
         keys.add(line, "project", record["id"])
         keys.add(line, "project prefix", record["prefix"])
