@@ -35,6 +35,7 @@ ERROR_STATUS: Final[dict[str, int]] = {
     "TOO_MANY_STREAMS": 503,
     "STORE_UNAVAILABLE": 503,
     "INTERNAL": 500,
+    "BOARD_NOT_EMPTY": 409,
 }
 
 

@@ -33,15 +33,18 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "actors": ("taskctl.labels_cmd:actors", "List the assignees and reporters the board knows."),
     "activity": ("taskctl.activity_cmd:activity", "Read the activity log (filters, keyset cursor)."),
     "events": ("taskctl.events_cmd:events", "Watch the live event stream (tail, follow, hub)."),
-    "export": ("taskctl.export_cmd:export", "Card briefs as markdown (md, watch)."),
+    "export": ("taskctl.export_cmd:export", "Card briefs as markdown (md, watch); the card state (state)."),
     "loop": ("taskctl.loop_cmd:loop", "Wake an agent supervisor when work is actionable."),
     "token": ("taskctl.admin_cmd:token", "Rotate the board token."),
     "open": ("taskctl.admin_cmd:open_board", "Open the board in a browser with a one-time login link."),
     "board": ("taskctl.admin_cmd:board", "The board's identity and where it runs."),
+    "import": ("taskctl.lifecycle_cmd:import_group", "Import a state export into a board without projects."),
 }
 #: Commands other modules add to a lazily loaded group: group → [(module, attribute names)].
 EXTENSIONS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "events": [("taskctl.follow_cmd", ("follow", "hub"))],
+    "export": [("taskctl.lifecycle_cmd", ("state",))],
+    "board": [("taskctl.lifecycle_cmd", ("backup", "compact", "settings"))],
 }
 
 

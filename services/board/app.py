@@ -13,7 +13,7 @@ from aiohttp.typedefs import Handler
 
 from shared.errors import TaskloomError
 
-from . import api, auth, stream_registry, ui
+from . import api, auth, compaction, stream_registry, ui
 from .api import Route
 from .client_stream import TOKEN_ROTATED
 from .keys import (
@@ -196,7 +196,7 @@ def open_store(settings: BoardSettings) -> WriterStore:
         from .postgres_store import PostgresStore  # psycopg is loaded only by a board that uses it
 
         return PostgresStore(settings.database)
-    return SqliteStore(settings.database_path)
+    return SqliteStore(settings.database_path, synchronous=settings.durability)
 
 
 async def share_credentials(app: web.Application) -> None:
@@ -275,4 +275,5 @@ def create_app(settings: BoardSettings, *, store: WriterStore | None = None) -> 
     register(app, ALL_ROUTES)
     app[LOG_READER], app[STREAMS] = stream_registry.setup(app, settings=settings, store=app[STORE])
     ui.setup(app)
+    compaction.setup(app, store_key=STORE, settings_key=SETTINGS)
     return app

@@ -386,6 +386,10 @@ def history_lines(card: Card) -> list[str]:
     ctx = _Context(card)
     rows: Sequence[Row] = card.get("activities", ())
     lines: list[str] = []
+    archived = card.get("archived_through")
+    if archived:
+        lines.append(f"- _Earlier events (up to revision {archived}) were archived by retention:"
+                     " `<data_dir>/archive/activities-*.jsonl.gz` on the board._")
     index = 0
     while index < len(rows):
         row = rows[index]

@@ -244,5 +244,42 @@ def _describe(exc: OSError | sqlite3.Error) -> str:
     return str(exc)
 
 
+@main.command("restore")
+@click.argument("backup_file", metavar="FILE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="TASKLOOM_DATA_DIR",
+              help="The data directory to restore into (default: TASKLOOM_DATA_DIR, else the platform default).")
+def restore_command(backup_file: Path, data_dir: Path | None) -> None:
+    """Install a backup (from `taskctl board backup`) with a new board id; the board must be stopped.
+
+    \b
+    The new board_id is a new epoch: the hub, the page and `taskctl events tail --board-id`
+    see it and reload instead of resuming from a revision the restored board will reuse. The
+    database it replaces is kept beside it as board.sqlite.replaced-<time>.
+    """
+    from .backup import RestoreRefused, restore
+
+    configure_logging(sys.stdout, json=not sys.stderr.isatty())
+    directory = (data_dir or default_data_dir(os.environ, Path.home(), platform=sys.platform)).absolute()
+    restrict_umask()
+    try:
+        ensure_private_dir(directory)
+        lock = DataDirLock.acquire(directory)
+    except DataDirBusy as exc:
+        raise click.ClickException(f"{exc}; stop the board before restoring (nothing was changed)") from exc
+    except NotOwned as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        result = restore(backup_file, directory)
+    except (RestoreRefused, SchemaTooNew, SchemaDamaged, sqlite3.Error) as exc:
+        raise click.ClickException(f"{exc}; nothing was changed") from exc
+    finally:
+        lock.release()
+    log.info("board_restored", board_id=result.board_id, previous_board_id=result.previous_board_id,
+             revision=result.revision, source=str(backup_file))
+    kept = f"; the replaced database is kept as {result.replaced}" if result.replaced else ""
+    click.echo(f"restored {backup_file} into {directory}: board {result.board_id} (was {result.previous_board_id}), "
+               f"revision {result.revision}{kept}", err=True)
+
+
 if __name__ == "__main__":
     main()

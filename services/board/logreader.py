@@ -110,7 +110,12 @@ def unfiltered_wire(frames: Iterable[Frame], last_id: int) -> tuple[bytes, int]:
 
 
 def read_page(conn: Connection, after: int, limit: int = activities.REPLAY_PAGE) -> Page:
-    """Streamable rows after ``after``, encoded; one call is one snapshot (``store.query``)."""
+    """Streamable rows after ``after``, encoded; one call is one snapshot (``store.query``).
+
+    A position below the retention floor (a compaction ran while this reader was behind) is
+    refused, never read past: the stream closes and its client's reconnect is answered 410.
+    """
+    activities.check_not_expired(conn, after)
     rows = activities.replay_after(conn, after, limit)
     frames = tuple(encode_row(row) for row in rows)
     full = len(frames) == limit

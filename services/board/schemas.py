@@ -128,6 +128,7 @@ FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
     ("POST", f"{PREFIX}/projects", "body", "id"): {"pattern": SLUG_PATTERN},
     ("POST", f"{PREFIX}/projects", "body", "name"): {"maxLength": domain.PROJECT_NAME_MAX_CHARS},
     ("POST", f"{PREFIX}/projects", "body", "workspace_path"): WORKSPACE_PATH,
+    ("POST", f"{PREFIX}/admin/backup", "body", "path"): WORKSPACE_PATH,
     ("POST", f"{PREFIX}/projects", "body", "readme"): README,
     ("POST", f"{PREFIX}/projects", "body", "meta"): FREE_FORM,
     ("POST", f"{PREFIX}/projects", "body", "settings"): FREE_FORM,
@@ -189,6 +190,11 @@ def _paired(first: str, second: str) -> dict[str, Any]:
 
 #: Rules that tie body fields together, by (METHOD, path).
 BODY_RULES: Final[dict[tuple[str, str], dict[str, Any]]] = {
+    # compaction.plan: exactly one of the two ways to name what goes.
+    ("POST", f"{PREFIX}/admin/compact"): {"oneOf": [
+        {"required": ["through"], "not": {"required": ["older_than_days"]}},
+        {"required": ["older_than_days"], "not": {"required": ["through"]}},
+    ]},
     ("POST", f"{PREFIX}/tasks"): {"allOf": [_paired("assignee_kind", "assignee_id"), _paired("reporter_kind", "reporter_id")]},
     ("POST", f"{TASK}/acceptance"): {
         # acceptance.change_acceptance: something to change, and a reason only with a mode.
@@ -336,6 +342,8 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     ("GET", f"{PREFIX}/board/status"): closed({
         **_META, "version": STRING, "pid": INTEGER, "data_dir": STRING, "database": STRING,
         "token_file": STRING, "uptime_seconds": {"type": "number", "minimum": 0},
+        "log_rows": INTEGER, "log_bytes": INTEGER, "oldest_revision": OPTIONAL_INTEGER,
+        "event_retention_days": OPTIONAL_INTEGER, "durability": {"type": "string", "enum": ["full", "normal"]},
     }),
     ("GET", f"{PREFIX}/projects"): page(ref("Project")),
     ("POST", f"{PREFIX}/projects"): ref("Project"),
@@ -389,6 +397,20 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
             "revision": OPTIONAL_INTEGER,
         }),
     }),
+    ("POST", f"{PREFIX}/state"): closed({
+        "imported": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+        "revision": INTEGER, "source_board_id": OPTIONAL_STRING,
+    }),
+    ("POST", f"{PREFIX}/admin/backup"): closed({
+        "path": STRING, "board_id": STRING, "revision": INTEGER, "bytes": INTEGER,
+        "seconds": {"type": "number", "minimum": 0},
+    }),
+    ("POST", f"{PREFIX}/admin/compact"): closed({
+        "floor": INTEGER, "previous_floor": INTEGER, "through": INTEGER, "removed": INTEGER,
+        "archive": OPTIONAL_STRING, "dry_run": {"type": "boolean"},
+    }),
+    ("GET", f"{PREFIX}/admin/settings"): closed({"event_retention_days": OPTIONAL_INTEGER}),
+    ("PATCH", f"{PREFIX}/admin/settings"): closed({"event_retention_days": OPTIONAL_INTEGER}),
 }
 
 #: Bodies that are not JSON, by (METHOD, path): media type → schema.
@@ -397,6 +419,8 @@ RAW_RESPONSES: Final[dict[tuple[str, str], dict[str, dict[str, Any]]]] = {
     ("GET", f"{PREFIX}/attachments/{{id}}"): {"*/*": {"schema": {"type": "string", "format": "binary"}}},
     # SPEC §6: Server-Sent Events; the schema describes one event as the SSE parser yields it.
     ("GET", f"{PREFIX}/events"): {"text/event-stream": {"schema": {"$ref": "#/components/schemas/StreamEvent"}}},
+    # JSON lines: a header, the card state's rows, an end line (services/board/queries/state.py).
+    ("GET", f"{PREFIX}/state"): {"application/x-ndjson": {"schema": {"type": "string"}}},
 }
 
 #: One event of ``GET /api/v1/events``: an activity frame (``id`` = its revision, ``data`` = the

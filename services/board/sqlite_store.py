@@ -50,13 +50,16 @@ def schema_version() -> int:
     return migrations()[-1][0]
 
 
-def connect(path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
-    """A connection with the board's pragmas; autocommit mode, transactions are explicit."""
+def connect(path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, synchronous: str = "full") -> sqlite3.Connection:
+    """A connection with the board's pragmas; autocommit mode, transactions are explicit.
+
+    ``synchronous`` is ``taskd serve --durability``: FULL (default) fsyncs the WAL at every commit.
+    """
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
     conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute(f"PRAGMA synchronous = {'NORMAL' if synchronous == 'normal' else 'FULL'}")
     return conn
 
 
@@ -258,10 +261,12 @@ class SqliteStore(WriterStore):
     driver_error = sqlite3.Error
 
     def __init__(
-        self, path: Path, *, clock: Callable[[], str] = utc_now, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+        self, path: Path, *, clock: Callable[[], str] = utc_now, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        synchronous: str = "full",
     ) -> None:
         super().__init__(clock=clock)
         self.path = path
+        self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
@@ -281,7 +286,7 @@ class SqliteStore(WriterStore):
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
+            conn = connect(self.path, busy_timeout_ms=self.busy_timeout_ms, synchronous=self.synchronous)
             self._local.conn = conn
             with self._connections_lock:
                 self._connections.append(conn)
@@ -300,7 +305,7 @@ class SqliteStore(WriterStore):
         return translate_error(exc)
 
     def follow_log(self) -> SqliteLogFollower:
-        return SqliteLogFollower(connect(self.path, busy_timeout_ms=self.busy_timeout_ms))
+        return SqliteLogFollower(connect(self.path, busy_timeout_ms=self.busy_timeout_ms, synchronous=self.synchronous))
 
     # -- the seam -------------------------------------------------------------------------------
 

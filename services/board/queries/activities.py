@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from shared.errors import TaskloomError
 from shared.limits import MAX_CHANGES_BYTES, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 
 from ..dialect import Connection, Row
@@ -54,6 +55,27 @@ def board_meta(conn: Connection) -> dict[str, str]:
     return {row["key"]: row["value"] for row in conn.execute("SELECT key, value FROM board_meta")}
 
 
+def floor(conn: Connection) -> int:
+    """The retention floor: rows at or below it were compacted away (services/board/compaction.py)."""
+    return int(board_meta(conn).get("floor", "0"))
+
+
+def cursor_expired(after: int | None, floor_revision: int) -> TaskloomError:
+    return TaskloomError(
+        "CURSOR_EXPIRED",
+        f"revisions up to {floor_revision} have been compacted; cursor {after} cannot be resumed",
+        details={"after": after, "floor": floor_revision},
+        hint="rescan board state, then follow from /api/v1/meta's revision",
+    )
+
+
+def check_not_expired(conn: Connection, after: int) -> None:
+    """A reader resuming below the floor would miss the rows compacted away: 410, never a gap."""
+    current = floor(conn)
+    if after < current:
+        raise cursor_expired(after, current)
+
+
 def replay_after(conn: Connection, cursor: int, limit: int = REPLAY_PAGE) -> list[Row]:
     """Streamable rows with ``revision > cursor`` in revision order (NULL revisions never stream)."""
     return conn.execute(
@@ -78,6 +100,15 @@ def list_activities(
     clauses: list[str] = []
     params: list[Any] = []
     if after is not None:
+        check_not_expired(conn, after)
+    descending = order == "desc"
+    if cursor is not None and not descending:
+        # An ascending page continues after a row id; rows past it that were compacted away since
+        # the last page would be skipped without a word.
+        meta = board_meta(conn)
+        if decode_cursor(cursor) < int(meta.get("floor_id", "0")):
+            raise cursor_expired(after, int(meta.get("floor", "0")))
+    if after is not None:
         clauses.append("revision > ?")
         params.append(after)
     if project is not None:
@@ -92,7 +123,6 @@ def list_activities(
     if actor is not None:
         clauses.append("actor_id = ?")
         params.append(actor)
-    descending = order == "desc"
     if cursor is not None:
         clauses.append("id < ?" if descending else "id > ?")
         params.append(decode_cursor(cursor))

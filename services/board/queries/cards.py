@@ -6,6 +6,7 @@ from typing import Any
 
 from ..dialect import Connection, placeholders
 from .activities import ACTIVITY_COLUMNS, to_frame
+from .activities import floor as log_floor
 from .tasks import require_task, task_to_dict
 
 RELATION_EVENTS = ("relation_added", "relation_removed")
@@ -81,4 +82,13 @@ def card_snapshot(conn: Connection, ref: str) -> dict[str, Any]:
         ),
         "activities": activities,
         "identifiers": identifiers,
+        # Retention removed this card's earliest rows (its task_created among them): History says so.
+        "archived_through": _archived_through(conn, activities),
     }
+
+
+def _archived_through(conn: Any, rows: list[dict[str, Any]]) -> int | None:
+    floor = log_floor(conn)
+    if floor and not any(row["event"] == "task_created" for row in rows):
+        return floor
+    return None

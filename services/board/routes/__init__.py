@@ -17,6 +17,7 @@ from . import (
     relations,
     reports,
     sessions,
+    state,
     tasks,
 )
 
@@ -35,4 +36,5 @@ ALL_ROUTES: list[Route] = [
     *activities.ROUTES,
     *export.ROUTES,
     *events.ROUTES,
+    *state.ROUTES,
 ]

@@ -72,14 +72,7 @@ def open_cursor(
             details={"after": after, "head": head},
             hint="a board restored from an older backup? read /api/v1/meta and rescan",
         )
-    floor = int(activities.board_meta(conn).get("floor", "0"))
-    if after < floor:
-        raise TaskloomError(
-            "CURSOR_EXPIRED",
-            f"revisions up to {floor} have been compacted; cursor {after} cannot be resumed",
-            details={"after": after, "floor": floor},
-            hint="rescan board state, then follow from /api/v1/meta's revision",
-        )
+    activities.check_not_expired(conn, after)
     return after, task_id
 
 
