@@ -94,6 +94,7 @@ SEED: list[str] = [
 #: Compared whole before and after each refusal: nothing written means these are unchanged.
 COMPARED_TABLES = (
     "global_revision", "projects", "tasks", "comments", "reports", "relations", "acceptance_items", "task_activities",
+    "board_meta", "retention_window",
 )
 
 
@@ -242,6 +243,12 @@ REFUSALS: list[tuple[str, list[str], str, str]] = [
      "UPDATE tasks SET kind = 'task', status = 'done' WHERE id = 'e1'", "RELATION_INVALID: an epic with children must stay an epic"),
     ("a second row of a multi-row update breaks the graph", [],
      "UPDATE tasks SET status = 'in_progress' WHERE id IN ('t_a', 't_done')", "TERMINAL_STATE"),
+    ("the floor lowered", [], "UPDATE board_meta SET value = '-1' WHERE key = 'floor'", "FLOOR_LOWERED"),
+    ("the floor row deleted", [], "DELETE FROM board_meta WHERE key = 'floor'", "FLOOR_LOWERED"),
+    ("a row above the floor deleted while the window is open", ["UPDATE board_meta SET value = (SELECT CAST(min(revision) AS TEXT) FROM task_activities) WHERE key = 'floor'"],
+     "DELETE FROM task_activities", "ACTIVITY_APPEND_ONLY"),
+    ("a row at the floor deleted after the window closed", ["UPDATE board_meta SET value = (SELECT CAST(min(revision) AS TEXT) FROM task_activities) WHERE key = 'floor'", "DELETE FROM retention_window"],
+     "DELETE FROM task_activities WHERE revision = (SELECT min(revision) FROM task_activities)", "ACTIVITY_APPEND_ONLY"),
 ]
 
 
@@ -334,6 +341,11 @@ ALLOWED: list[str] = [
     activity("task_updated", '{"note": "with a NUL escape \\u0000"}', task="t_b"),
     f"INSERT INTO task_activities (task_id, project_id, actor_kind, actor_id, event, changes_json, created_at)"
     f" VALUES (NULL, NULL, 'system', 'board', 'board_note', '{{}}', '{TS}')",  # no revision given: still counted
+    # Compaction: raise the floor, delete at or below it, close the window, in that order.
+    "UPDATE board_meta SET value = (SELECT CAST(min(revision) AS TEXT) FROM task_activities) WHERE key = 'floor'",
+    "DELETE FROM task_activities WHERE revision = (SELECT min(revision) FROM task_activities)",
+    "DELETE FROM retention_window",
+    "UPDATE board_meta SET value = value WHERE key = 'floor'",  # the same floor opens no window
 ]
 
 REVISIONS = (
@@ -343,6 +355,8 @@ REVISIONS = (
     ("activity", "SELECT id, revision, event FROM task_activities ORDER BY id"),
     ("relations", "SELECT id FROM relations ORDER BY id"),
     ("acceptance", "SELECT id FROM acceptance_items ORDER BY id"),
+    ("floor", "SELECT value FROM board_meta WHERE key = 'floor'"),
+    ("window", "SELECT singleton, floor FROM retention_window"),
 )
 
 
