@@ -394,6 +394,7 @@ class PostgresStore(WriterStore):
             self._begin(conn)
             tx = Tx(conn, actor, self.clock())
             result = fn(tx, *args, **kwargs)
+            self._run_hook(tx)
             refuse_unencodable(result)
             if tx.appended:
                 self._before_commit(conn, tx.appended[-1])

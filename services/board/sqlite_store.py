@@ -322,6 +322,7 @@ class SqliteStore(WriterStore):
             # another process made this command wait.
             tx = Tx(conn, actor, self.clock())
             result = fn(tx, *args, **kwargs)
+            self._run_hook(tx)
             refuse_unencodable(result)
             conn.execute("COMMIT")
         except BaseException as exc:

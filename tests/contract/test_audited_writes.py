@@ -48,6 +48,10 @@ STORE_WRITERS: dict[tuple[str, str], str] = {
         "retention moves the floor and removes archived rows: no card changes, no revision moves (SPEC §12)",
     ("services/board/compaction.py", "set_retention"):
         "a board setting in board_meta, not card state (like the token, SPEC §4.4)",
+    ("services/board/conditions/marks.py", "put"):
+        "condition_marks rows are derived from state (docs/conditions.md); the conditions they mark travel as"
+        " signals, or as rows when a project persists them",
+    ("services/board/conditions/marks.py", "drop"): "the same derived marks, cleared",
 }
 
 

@@ -184,6 +184,9 @@ def engine(request: pytest.FixtureRequest) -> Engine:
 
 # -- refusals: the same text on both engines, nothing written ----------------------------------
 
+#: Compaction's first step: the floor raised to the oldest kept revision, which opens the window.
+RAISE_FLOOR_TO_OLDEST = "UPDATE board_meta SET value = (SELECT CAST(min(revision) AS TEXT) FROM task_activities) WHERE key = 'floor'"
+
 #: (case, statements that set the scene, the raw statement refused, the exact message)
 REFUSALS: list[tuple[str, list[str], str, str]] = [
     ("activity update", [], "UPDATE task_activities SET event = 'rewritten'", "ACTIVITY_APPEND_ONLY"),
@@ -245,9 +248,9 @@ REFUSALS: list[tuple[str, list[str], str, str]] = [
      "UPDATE tasks SET status = 'in_progress' WHERE id IN ('t_a', 't_done')", "TERMINAL_STATE"),
     ("the floor lowered", [], "UPDATE board_meta SET value = '-1' WHERE key = 'floor'", "FLOOR_LOWERED"),
     ("the floor row deleted", [], "DELETE FROM board_meta WHERE key = 'floor'", "FLOOR_LOWERED"),
-    ("a row above the floor deleted while the window is open", ["UPDATE board_meta SET value = (SELECT CAST(min(revision) AS TEXT) FROM task_activities) WHERE key = 'floor'"],
+    ("a row above the floor deleted while the window is open", [RAISE_FLOOR_TO_OLDEST],
      "DELETE FROM task_activities", "ACTIVITY_APPEND_ONLY"),
-    ("a row at the floor deleted after the window closed", ["UPDATE board_meta SET value = (SELECT CAST(min(revision) AS TEXT) FROM task_activities) WHERE key = 'floor'", "DELETE FROM retention_window"],
+    ("a row at the floor deleted after the window closed", [RAISE_FLOOR_TO_OLDEST, "DELETE FROM retention_window"],
      "DELETE FROM task_activities WHERE revision = (SELECT min(revision) FROM task_activities)", "ACTIVITY_APPEND_ONLY"),
 ]
 
