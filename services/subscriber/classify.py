@@ -56,7 +56,36 @@ IGNORE: Final[frozenset[str]] = frozenset(
     }
 )
 
-KNOWN: Final[frozenset[str]] = WAKE | CONDITIONAL | IGNORE
+# -- conditions (docs/conditions.md) ------------------------------------------------------------
+# A condition reaches the loop as a ``signal`` record (the default lane) or, in a project that
+# persists it, as an activity row of the same name written by ``system``. One rule decides both,
+# so persisting a condition never changes whether it wakes the loop.
+
+CARD_UNBLOCKED: Final = "card_unblocked"
+CLAIM_STALE: Final = "claim_stale"
+STATUS_TIMEOUT: Final = "status_timeout"
+
+#: Conditions that make work dispatchable: a card's last open blocker closed, or the worker on a
+#: card stopped heart-beating (its card is work again, SPEC §12).
+CONDITION_WAKE: Final[frozenset[str]] = frozenset({CARD_UNBLOCKED, CLAIM_STALE})
+#: Wakes only for the statuses a loop names with ``--wake-on-timeout STATUS``: a review that has
+#: waited a day is work for a loop that reviews, noise for one that does not.
+CONDITION_CONDITIONAL: Final[frozenset[str]] = frozenset({STATUS_TIMEOUT})
+#: Every other condition, each named so a new one is a decision rather than a default.
+CONDITION_IGNORE: Final[frozenset[str]] = frozenset(
+    {
+        "wip_exceeded",  # a full column is a reason to start less, not more
+        "wip_cleared",  # room in a column is not a card to pick up; the moves that made it carry their own wakes
+        "lane_drained",  # an empty lane is a dashboard fact
+        "lane_refilled",  # the task_created / task_moved that refilled it already woke the loop
+        "card_blocked",  # takes work off the queue
+        "transition_rejected",  # a refused write changed nothing
+        "card_idle",  # quiet is not work; a supervisor that cares polls /breaches
+    }
+)
+CONDITIONS: Final[frozenset[str]] = CONDITION_WAKE | CONDITION_CONDITIONAL | CONDITION_IGNORE
+
+KNOWN: Final[frozenset[str]] = WAKE | CONDITIONAL | IGNORE | CONDITIONS
 
 #: ``task_updated`` fields that change who a card is for or what it is, hence who may pick it up.
 #: SPEC §9 spells them as the log's camelCase (assigneeId, assigneeKind), but the board lists the
@@ -80,14 +109,17 @@ UNKNOWN_NAMES_LIMIT: Final = 256
 
 @dataclass(frozen=True, slots=True)
 class LoopIdentity:
-    """Who this loop is: its ``--agent`` ids and its ``--director`` id, if any."""
+    """Who this loop is: its ``--agent`` ids, its ``--director`` id, the statuses it wakes on
+    when they time out (``--wake-on-timeout``)."""
 
     agents: frozenset[str]
     director: str | None = None
+    wake_on_timeout: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # click hands over a tuple; freeze it so membership is cheap and the value hashable.
         object.__setattr__(self, "agents", frozenset(self.agents))
+        object.__setattr__(self, "wake_on_timeout", frozenset(self.wake_on_timeout))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +147,9 @@ def classify(frame: Mapping[str, Any], who: LoopIdentity) -> Decision:
     changes = frame.get("changes")
     if not isinstance(changes, Mapping):
         changes = {}
+    if event in CONDITIONS:
+        # A persisted condition is written by ``system``; it is the board noticing, not housekeeping.
+        return classify_condition(event, changes, who)
     kind = frame.get("actor_kind")
     actor = frame.get("actor_id")
     if not isinstance(actor, str):
@@ -161,6 +196,34 @@ def classify(frame: Mapping[str, Any], who: LoopIdentity) -> Decision:
             return Decision(True, wake_reason)
         return Decision(False, "own_agent")
     return Decision(True, wake_reason)
+
+
+def classify_signal(signal: Mapping[str, Any], who: LoopIdentity) -> Decision:
+    """Classify one ``signal`` record's body (``{type, project_id, task_id, changes, at}``).
+
+    Wake reasons: ``unblocked``, ``stale_claim``, ``timeout``. Ignore reasons: ``unknown``,
+    ``ignored``, ``status`` (a timeout of a status this loop was not asked to wake on).
+    """
+    name = signal.get("type")
+    if not isinstance(name, str) or name not in CONDITIONS:
+        return Decision(False, "unknown")
+    changes = signal.get("changes")
+    return classify_condition(name, changes if isinstance(changes, Mapping) else {}, who)
+
+
+def classify_condition(name: str, changes: Mapping[str, Any], who: LoopIdentity) -> Decision:
+    """The one rule for a condition, whichever lane (signal or persisted row) carried it."""
+    if name == CARD_UNBLOCKED:
+        return Decision(True, "unblocked")
+    if name == CLAIM_STALE:
+        # Whoever held the claim, this loop's own agent included: a dead worker's card is work.
+        return Decision(True, "stale_claim")
+    if name == STATUS_TIMEOUT:
+        status = changes.get("status")
+        if isinstance(status, str) and status in who.wake_on_timeout:
+            return Decision(True, "timeout")
+        return Decision(False, "status")
+    return Decision(False, "ignored") if name in CONDITIONS else Decision(False, "unknown")
 
 
 def _meets_dispatch_fields(fields: Any) -> bool:

@@ -1,0 +1,107 @@
+"""The loop subscriber and the board's conditions (docs/conditions.md, issue 17 §5).
+
+The rule: ``card_unblocked`` and ``claim_stale`` wake the loop; ``status_timeout`` wakes it only
+for the statuses named by ``--wake-on-timeout``; every other condition is ignored. The same rule
+holds whether the condition came as a ``signal`` record or, persisted, as an activity row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.subscriber.classify import (
+    CONDITION_CONDITIONAL,
+    CONDITION_IGNORE,
+    CONDITION_WAKE,
+    CONDITIONS,
+    LoopIdentity,
+    classify,
+    classify_signal,
+)
+
+#: The condition names of issue 17, as the issue spells them.
+ISSUE_CONDITIONS = (
+    "wip_exceeded", "wip_cleared", "lane_drained", "lane_refilled", "card_blocked", "card_unblocked",
+    "transition_rejected", "status_timeout", "card_idle", "claim_stale",
+)
+
+LOOP = LoopIdentity(agents=frozenset({"worker-1"}), director="Director")
+REVIEWER = LoopIdentity(agents=frozenset({"worker-1"}), wake_on_timeout=frozenset({"in_review"}))
+
+CHANGES: dict[str, dict[str, Any]] = {
+    "wip_exceeded": {"status": "in_progress", "count": 4, "limit": 3},
+    "wip_cleared": {"status": "in_progress", "count": 3, "limit": 3},
+    "lane_drained": {"status": "todo", "count": 0},
+    "lane_refilled": {"status": "todo", "count": 1},
+    "card_blocked": {"blockers": ["DEMO-0001"]},
+    "card_unblocked": {"blockers": []},
+    "transition_rejected": {"from": "todo", "to": "done", "code": "INVALID_TRANSITION"},
+    "status_timeout": {"status": "in_review", "since": "2026-05-04T09:00:00Z", "max": 86400},
+    "card_idle": {"since": "2026-05-04T09:00:00Z", "threshold": 3600},
+    "claim_stale": {"claimed_by": "worker-1", "heartbeat_at": "2026-05-04T09:00:00Z", "threshold": 600},
+}
+
+
+def signal(name: str, **changes: Any) -> dict[str, Any]:
+    return {"type": name, "project_id": "demo", "task_id": "5c2c0000-0000-4000-8000-000000000000",
+            "changes": changes or CHANGES[name], "at": "2026-05-04T09:14:10.402Z"}
+
+
+def test_every_condition_name_sits_in_exactly_one_list() -> None:
+    lists = {"wake": CONDITION_WAKE, "conditional": CONDITION_CONDITIONAL, "ignore": CONDITION_IGNORE}
+    for name in ISSUE_CONDITIONS:
+        holders = [list_name for list_name, names in lists.items() if name in names]
+        assert len(holders) == 1, f"{name} is in {holders or 'no list'}"
+    assert CONDITIONS == set(ISSUE_CONDITIONS), "the lists name a condition the board does not declare"
+    assert set(CHANGES) == CONDITIONS
+
+
+def test_the_lists_are_the_rule_of_the_issue() -> None:
+    assert CONDITION_WAKE == {"card_unblocked", "claim_stale"}
+    assert CONDITION_CONDITIONAL == {"status_timeout"}
+
+
+@pytest.mark.parametrize("name", ISSUE_CONDITIONS)
+def test_each_signal_wakes_or_not_by_the_rule(name: str) -> None:
+    decision = classify_signal(signal(name), LOOP)
+    assert decision.wake is (name in CONDITION_WAKE), decision
+    assert classify_signal(signal(name), REVIEWER).wake is (name in CONDITION_WAKE or name == "status_timeout")
+
+
+@pytest.mark.parametrize("name", ISSUE_CONDITIONS)
+def test_a_persisted_condition_row_decides_as_its_signal_does(name: str) -> None:
+    # A persisting project writes the condition as an activity row by ``system``: that is the
+    # board noticing, so board-housekeeping suppression must not swallow it.
+    row = {"event": name, "actor_kind": "system", "actor_id": "system", "task_id": "t", "project_id": "demo",
+           "changes": CHANGES[name]}
+    for who in (LOOP, REVIEWER):
+        assert classify(row, who) == classify_signal(signal(name), who)
+
+
+def test_status_timeout_wakes_only_for_the_named_statuses() -> None:
+    both = LoopIdentity(agents=frozenset({"w"}), wake_on_timeout=frozenset({"in_review", "blocked"}))
+    assert classify_signal(signal("status_timeout", status="in_review", since="x", max=1), both).reason == "timeout"
+    assert classify_signal(signal("status_timeout", status="blocked", since="x", max=1), both).wake
+    assert classify_signal(signal("status_timeout", status="awaiting", since="x", max=1), both).reason == "status"
+    assert not classify_signal(signal("status_timeout", status="in_review", since="x", max=1), LOOP).wake
+
+
+def test_a_stale_claim_of_this_loops_own_agent_still_wakes_it() -> None:
+    # The dead worker may be this loop's own: its card is work again all the same.
+    stale = signal("claim_stale", claimed_by="worker-1", heartbeat_at="x", threshold=1)
+    assert classify_signal(stale, LOOP).reason == "stale_claim"
+
+
+@pytest.mark.parametrize("body", [
+    {},
+    {"type": None},
+    {"type": ["claim_stale"]},
+    {"type": "claim_stale_v2"},
+    {"type": "task_created"},  # an event name is not a signal
+    {"type": "status_timeout", "changes": "in_review"},
+    {"type": "status_timeout", "changes": {"status": ["in_review"]}},
+])
+def test_a_malformed_or_unknown_signal_never_wakes_and_never_raises(body: dict[str, Any]) -> None:
+    assert not classify_signal(body, REVIEWER).wake
