@@ -38,10 +38,12 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "token": ("taskctl.admin_cmd:token", "Rotate the board token."),
     "open": ("taskctl.admin_cmd:open_board", "Open the board in a browser with a one-time login link."),
     "board": ("taskctl.admin_cmd:board", "The board's identity and where it runs."),
+    "conditions": ("taskctl.conditions_cmd:conditions", "What the board sees holding now (WIP, blockers, stale claims)."),
 }
 #: Commands other modules add to a lazily loaded group: group → [(module, attribute names)].
 EXTENSIONS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "events": [("taskctl.follow_cmd", ("follow", "hub"))],
+    "task": [("taskctl.ready_cmd", ("ready",))],
 }
 
 

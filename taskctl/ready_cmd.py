@@ -1,0 +1,52 @@
+"""``taskctl task ready``: the board's queue of claimable work (docs/conditions.md).
+
+The rule is the board's (``GET /api/v1/tasks?ready=true``): todo, not an epic, no open blocker,
+not claimed by someone fresh, unassigned or assigned to the actor asked for, in priority order.
+taskctl never re-derives it: ``task ready`` and ``task candidates`` both print the board's answer,
+so the queue an agent supervisor reads cannot disagree with the claim check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import click
+
+from shared import limits
+
+from .command import Invocation, actor_ref, current, drop_none, global_options
+from .http import paginate
+from .render import TASK_COLUMNS
+
+TASKS_PATH = "/api/v1/tasks"
+PROJECT_HELP = "Project id (default: TASKLOOM_PROJECT)."
+
+
+def ready_tasks(inv: Invocation, *, project: str | None, actor: tuple[str, str] | None, label: str | None = None,
+                limit: int | None = None) -> list[dict[str, Any]]:
+    """The board's ready queue, in its order; ``actor`` also admits the cards assigned to them."""
+    query = drop_none({
+        "ready": "true",
+        "project": project,
+        "for": f"{actor[0]}:{actor[1]}" if actor is not None else None,
+        "label": label,
+        "limit": limits.PAGE_LIMIT_MAX if limit is None else min(limit, limits.PAGE_LIMIT_MAX),
+    })
+    found: Iterable[dict[str, Any]] = paginate(inv.http(), TASKS_PATH, query, limit=limit)
+    return list(found)
+
+
+@click.command("ready")
+@click.option("-p", "--project", envvar="TASKLOOM_PROJECT", help=PROJECT_HELP)
+@click.option("--for", "for_actor", metavar="ACTOR",
+              help="Also the cards assigned to ACTOR (ID or KIND:ID); without it, unassigned cards only.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many.")
+@global_options
+def ready(project: str | None, for_actor: str | None, limit: int) -> None:
+    """Claimable work, most urgent first: the board's ready rule (no open blocker, no fresh claim)."""
+    inv = current()
+    actor = actor_ref(for_actor, "--for")
+    items = ready_tasks(inv, project=project, actor=actor, limit=limit)
+    inv.out.result({"items": items, "next_cursor": None},
+                   lambda page: inv.out.table(page["items"], TASK_COLUMNS, empty="nothing is ready"))
