@@ -7,8 +7,13 @@ holds whether the condition came as a ``signal`` record or, persisted, as an act
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from services.subscriber.classify import (
@@ -20,6 +25,10 @@ from services.subscriber.classify import (
     classify,
     classify_signal,
 )
+from tests.support.board import BoardClient, TaskdProcess
+from tests.support.waiting import async_wait_until
+
+from .test_loop_e2e import SubscriberProcess
 
 #: The condition names of issue 17, as the issue spells them.
 ISSUE_CONDITIONS = (
@@ -105,3 +114,99 @@ def test_a_stale_claim_of_this_loops_own_agent_still_wakes_it() -> None:
 ])
 def test_a_malformed_or_unknown_signal_never_wakes_and_never_raises(body: dict[str, Any]) -> None:
     assert not classify_signal(body, REVIEWER).wake
+
+
+# -- a real taskd, a real hub, a real `taskctl loop subscribe` ------------------------------------
+
+API = "/api/v1"
+#: The project's claim freshness window and status timeouts, seconds (thresholds down to 1 s work).
+STALE_AFTER = 1
+
+
+@pytest.fixture
+async def live_board(taskd: TaskdProcess) -> AsyncIterator[tuple[TaskdProcess, BoardClient]]:
+    taskd.start()
+    async with aiohttp.ClientSession() as session:
+        client = BoardClient(taskd.url, taskd.token, session)
+        created = await client.post(f"{API}/projects", {"id": "demo", "name": "Demo", "settings": {
+            "monitors": {"claim_stale_after": STALE_AFTER, "max_time_in_status": {"blocked": 1, "backlog": 1}},
+        }})
+        assert created.status == 201, created.body
+        yield taskd, client
+
+
+@pytest.fixture
+async def loop_process(live_board: tuple[TaskdProcess, BoardClient], tmp_path: Path) -> AsyncIterator[SubscriberProcess]:
+    process = SubscriberProcess(tmp_path / "sub", live_board[0])
+    process.dir.mkdir()
+    process.write_pool([os.getpid()])
+    try:
+        yield process
+    finally:
+        await process.cleanup()
+
+
+async def test_a_worker_that_stops_heart_beating_wakes_the_loop_once(
+    live_board: tuple[TaskdProcess, BoardClient], loop_process: SubscriberProcess
+) -> None:
+    _, client = live_board
+    await loop_process.start()
+    await loop_process.ready()
+    made = await client.post(f"{API}/tasks", {"project": "demo", "title": "Dig the well"})
+    assert made.status == 201, made.body
+    task = made.body
+    assert (await loop_process.wait_wakes(1))[0]["events"] == "task_created"
+
+    # Another loop's worker claims and beats once, then dies. The claim itself wakes no one.
+    worker = client.as_actor("claude", "worker-9")
+    assert (await worker.post(f"{API}/tasks/{task['id']}/claim")).status == 200
+    assert (await worker.post(f"{API}/tasks/{task['id']}/heartbeat")).status == 200
+    [_, stale] = await loop_process.wait_wakes(2, timeout=10 + STALE_AFTER)
+    assert stale["events"] == "claim_stale", stale
+
+    # Once: the next turn is the marker's own, with no second claim_stale before or in it.
+    assert (await client.post(f"{API}/tasks", {"project": "demo", "title": "Marker"})).status == 201
+    [_, _, marker] = await loop_process.wait_wakes(3)
+    assert marker["events"] == "task_created", marker
+    assert await loop_process.terminate() == 0
+
+
+def ignored_signals(process: SubscriberProcess) -> list[dict[str, Any]]:
+    """The ``signal_ignored`` lines of the subscriber's JSON log (it runs with ``-v``)."""
+    found = []
+    for line in process.log.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("event") == "signal_ignored":
+            found.append(record)
+    return found
+
+
+async def test_status_timeout_wakes_only_for_the_statuses_it_was_asked_to(
+    live_board: tuple[TaskdProcess, BoardClient], loop_process: SubscriberProcess
+) -> None:
+    _, client = live_board
+    await loop_process.start("--wake-on-timeout", "blocked", "-v")
+    await loop_process.ready()
+    parked = await client.post(f"{API}/tasks", {"project": "demo", "title": "Someday", "status": "backlog"})
+    assert parked.status == 201, parked.body
+    assert (await loop_process.wait_wakes(1))[0]["events"] == "task_created"
+
+    # backlog times out after 1 s: the signal reaches the loop, which lets it pass.
+    async def backlog_ignored() -> bool:
+        return any(r.get("name") == "status_timeout" and r.get("reason") == "status" for r in ignored_signals(loop_process))
+
+    await async_wait_until(backlog_ignored, timeout=10, what="the backlog timeout to reach the loop and be ignored")
+    assert len(loop_process.wakes()) == 1
+
+    stuck = await client.post(f"{API}/tasks", {"project": "demo", "title": "Stuck"})
+    assert stuck.status == 201
+    assert (await loop_process.wait_wakes(2))[1]["events"] == "task_created"
+    moved = await client.post(f"{API}/tasks/{stuck.body['id']}/move", {"to": "blocked", "reason": "waiting on ops"})
+    assert moved.status == 200, moved.body
+    # The move wakes the loop (300 ms debounce); a second later blocked times out: its own turn.
+    turns = await loop_process.wait_wakes(4, timeout=10)
+    assert [turn["events"] for turn in turns[2:]] == ["task_moved", "status_timeout"], turns
+    assert await loop_process.terminate() == 0
