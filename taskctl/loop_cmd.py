@@ -314,6 +314,8 @@ def _next_steps(supervisor: str, target: Path, names: list[str], *, install: boo
 @click.option("--director", callback=subscriber_settings.check_director, metavar="NAME", help="The decision lane's actor id.")
 @click.option("--on-wake", "on_wake", required=True, callback=subscriber_settings.check_on_wake, metavar="CMD",
               help="The subscriber's continue-turn command.")
+@click.option("--wake-on-timeout", "wake_on_timeout", multiple=True, callback=subscriber_settings.check_timeout_statuses,
+              metavar="STATUS", help="Passed to the subscriber: also wake when a card times out in STATUS (repeatable).")
 @STATE_DIR_OPTION
 @click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,
               help="The board's port on 127.0.0.1.")
@@ -327,6 +329,7 @@ def install(
     agents: tuple[str, ...],
     director: str | None,
     on_wake: str,
+    wake_on_timeout: tuple[str, ...],
     state_dir: Path | None,
     port: int,
     data_dir: Path | None,
@@ -362,6 +365,7 @@ def install(
             agents=agents,
             on_wake=on_wake,
             director=director,
+            wake_on_timeout=wake_on_timeout,
             path=os.environ.get("PATH") or os.defpath,
             supervised_hub=with_hub,
         )

@@ -210,3 +210,33 @@ async def test_status_timeout_wakes_only_for_the_statuses_it_was_asked_to(
     turns = await loop_process.wait_wakes(4, timeout=10)
     assert [turn["events"] for turn in turns[2:]] == ["task_moved", "status_timeout"], turns
     assert await loop_process.terminate() == 0
+
+
+def test_loop_install_passes_wake_on_timeout_to_the_subscriber_unit(tmp_path: Path) -> None:
+    from services.subscriber import units
+
+    from .test_units import by_role, values
+
+    plain = values(tmp_path)
+    asked = values(tmp_path, wake_on_timeout=("in_review", "blocked"))
+    for supervisor in units.SUPERVISORS:
+        before = units.program_argv(supervisor, by_role(units.render(supervisor, plain))["subscriber"].text)
+        argv = units.program_argv(supervisor, by_role(units.render(supervisor, asked))["subscriber"].text)
+        assert "--wake-on-timeout" not in before and "" not in before
+        at = argv.index("--on-wake")
+        assert argv[at - 4:at] == ["--wake-on-timeout", "in_review", "--wake-on-timeout", "blocked"], argv
+        assert [word for word in argv if word not in ("--wake-on-timeout", "in_review", "blocked")] == before
+
+
+def test_an_unknown_timeout_status_is_a_usage_error(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.support.board import VENV_BIN
+
+    done = subprocess.run(
+        [str(VENV_BIN / "taskctl"), "loop", "subscribe", "--url", "http://127.0.0.1:9", "--agent", "w", "--on-wake", "true",
+         "--state-dir", str(tmp_path / "loop"), "--wake-on-timeout", "in_reveiw"],
+        check=False, capture_output=True, text=True, timeout=30, env={**os.environ, "TASKLOOM_TOKEN": "tl_x"},
+    )
+    assert done.returncode == 2 and "not a status: in_reveiw" in done.stderr, done
+    assert not (tmp_path / "loop").exists(), "nothing was written"
