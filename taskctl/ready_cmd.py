@@ -15,7 +15,7 @@ import click
 
 from shared import limits
 
-from .command import Invocation, actor_ref, current, drop_none, global_options
+from .command import Invocation, current, drop_none, global_options
 from .http import paginate
 from .render import TASK_COLUMNS
 
@@ -23,13 +23,13 @@ TASKS_PATH = "/api/v1/tasks"
 PROJECT_HELP = "Project id (default: TASKLOOM_PROJECT)."
 
 
-def ready_tasks(inv: Invocation, *, project: str | None, actor: tuple[str, str] | None, label: str | None = None,
+def ready_tasks(inv: Invocation, *, project: str | None, actor: str | None, label: str | None = None,
                 limit: int | None = None) -> list[dict[str, Any]]:
-    """The board's ready queue, in its order; ``actor`` also admits the cards assigned to them."""
+    """The board's ready queue, in its order; ``actor`` (an id) also admits the cards assigned to it."""
     query = drop_none({
         "ready": "true",
         "project": project,
-        "for": f"{actor[0]}:{actor[1]}" if actor is not None else None,
+        "for": actor,
         "label": label,
         "limit": limits.PAGE_LIMIT_MAX if limit is None else min(limit, limits.PAGE_LIMIT_MAX),
     })
@@ -37,16 +37,21 @@ def ready_tasks(inv: Invocation, *, project: str | None, actor: tuple[str, str] 
     return list(found)
 
 
+def _actor_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("name an actor id", ctx, param)
+    return value.strip() if value is not None else None
+
+
 @click.command("ready")
 @click.option("-p", "--project", envvar="TASKLOOM_PROJECT", help=PROJECT_HELP)
-@click.option("--for", "for_actor", metavar="ACTOR",
-              help="Also the cards assigned to ACTOR (ID or KIND:ID); without it, unassigned cards only.")
+@click.option("--for", "for_actor", metavar="ACTOR", callback=_actor_id,
+              help="Also the cards assigned to this actor id; without it, unassigned cards only.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many.")
 @global_options
 def ready(project: str | None, for_actor: str | None, limit: int) -> None:
     """Claimable work, most urgent first: the board's ready rule (no open blocker, no fresh claim)."""
     inv = current()
-    actor = actor_ref(for_actor, "--for")
-    items = ready_tasks(inv, project=project, actor=actor, limit=limit)
+    items = ready_tasks(inv, project=project, actor=for_actor, limit=limit)
     inv.out.result({"items": items, "next_cursor": None},
                    lambda page: inv.out.table(page["items"], TASK_COLUMNS, empty="nothing is ready"))

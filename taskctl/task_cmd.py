@@ -322,7 +322,7 @@ def candidates(project: str | None, label: str | None, limit: int) -> None:
 
     inv = current()
     me = inv.who()
-    ranked = ready_tasks(inv, project=project, actor=(me.kind, me.id), label=label, limit=limit)
+    ranked = ready_tasks(inv, project=project, actor=me.id, label=label, limit=limit)
     inv.out.result({"items": ranked, "next_cursor": None},
                    lambda page: inv.out.table(page["items"], TASK_COLUMNS, empty=f"nothing for {me} to claim"))
 

@@ -67,10 +67,10 @@ def test_ready_lists_the_blocker_not_the_blocked_and_equals_the_boards_answer(
     # Unassigned, todo, no open blocker, no fresh claim, not an epic; most urgent first.
     assert idents(ready) == [world["blocker"], world["low"]]
 
-    for_worker = tc.data("task", "ready", "-p", project, "--for", "claude:worker-1")["items"]
+    for_worker = tc.data("task", "ready", "-p", project, "--for", "worker-1")["items"]
     assert idents(for_worker) == [world["blocker"], world["mine"], world["low"]]
     assert idents(for_worker) == idents(
-        board_get(shared_taskd, "/tasks", ready="true", project=project, **{"for": "claude:worker-1"})["items"])
+        board_get(shared_taskd, "/tasks", ready="true", project=project, **{"for": "worker-1"})["items"])
 
     printed = rows(tc.ok("task", "ready", "-p", project).stdout)
     assert printed[0][:2] == ["ID", "STATUS"] and [row[0] for row in printed[1:]] == idents(ready)
@@ -79,7 +79,7 @@ def test_ready_lists_the_blocker_not_the_blocked_and_equals_the_boards_answer(
 def test_candidates_are_the_ready_queue_of_the_caller(tc: Taskctl, world: dict[str, str]) -> None:
     project = world["project"]
     candidates = tc.data("task", "candidates", "-p", project, env=WORKER)["items"]
-    assert idents(candidates) == idents(tc.data("task", "ready", "-p", project, "--for", "claude:worker-1")["items"])
+    assert idents(candidates) == idents(tc.data("task", "ready", "-p", project, "--for", "worker-1")["items"])
     assert world["blocked"] not in idents(candidates) and world["epic"] not in idents(candidates)
     for_ann = tc.data("task", "candidates", "-p", project)["items"]  # ann is human: mine is not hers
     assert idents(for_ann) == [world["blocker"], world["low"]]
@@ -113,11 +113,11 @@ def test_conditions_list_without_a_project_covers_every_project(
     assert any(item["project_id"] == world["project"] for item in everything["items"])
 
 
-@pytest.mark.parametrize("bad", ["worker-1:", ":worker-1"])
-def test_a_malformed_for_is_a_usage_error_and_writes_nothing(tc: Taskctl, world: dict[str, str], bad: str) -> None:
+@pytest.mark.parametrize("bad", ["", "  "])
+def test_an_empty_for_is_a_usage_error_and_writes_nothing(tc: Taskctl, world: dict[str, str], bad: str) -> None:
     before = activity_count(tc.data_dir)
     run = tc("task", "ready", "-p", world["project"], "--for", bad)
-    assert run.code == 2 and "--for must be ID or KIND:ID" in run.stderr, str(run)
+    assert run.code == 2 and "name an actor id" in run.stderr, str(run)
     assert activity_count(tc.data_dir) == before
 
 
