@@ -12,22 +12,23 @@ from typing import Any
 import click
 
 from .command import command, current, drop_none
+from .errors import TaskctlError
 from .output import Column
 
 BREACHES_PATH = "/breaches"
 
 
 def _subject(item: dict[str, Any]) -> str:
-    """The card a condition is about, or the column for a project-wide one."""
+    """The card a condition is about (its identifier, once looked up), or the column."""
     changes = item.get("changes") if isinstance(item.get("changes"), dict) else {}
     if item.get("task_id"):
-        return str(changes.get("identifier") or item["task_id"])
+        return str(item.get("identifier") or item["task_id"])
     return f"column {changes.get('status')}" if changes.get("status") else "project"
 
 
 def _detail(item: dict[str, Any]) -> str:
     changes = item.get("changes") if isinstance(item.get("changes"), dict) else {}
-    return " ".join(f"{key}={_text(value)}" for key, value in changes.items() if key != "identifier")
+    return " ".join(f"{key}={_text(value)}" for key, value in changes.items())
 
 
 def _text(value: Any) -> str:
@@ -56,4 +57,19 @@ def list_conditions(project: str | None) -> None:
     """What holds now, from GET /breaches: the catch-up after missed signals."""
     inv = current()
     page = inv.call("GET", BREACHES_PATH, query=drop_none({"project": project}))
-    inv.out.result(page, lambda found: inv.out.table(found.get("items", []), BREACH_COLUMNS, empty="nothing holds"))
+
+    def human(found: dict[str, Any]) -> None:
+        # A breach names its card by id; people read identifiers (one read per card shown).
+        names: dict[str, str] = {}
+        items = []
+        for item in found.get("items", []):
+            task_id = item.get("task_id")
+            if isinstance(task_id, str) and task_id not in names:
+                try:
+                    names[task_id] = inv.call("GET", f"/tasks/{task_id}")["identifier"]
+                except TaskctlError:
+                    names[task_id] = task_id  # archived or gone since: the id is all there is
+            items.append({**item, "identifier": names.get(task_id) if isinstance(task_id, str) else None})
+        inv.out.table(items, BREACH_COLUMNS, empty="nothing holds")
+
+    inv.out.result(page, human)

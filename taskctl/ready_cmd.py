@@ -1,7 +1,8 @@
 """``taskctl task ready``: the board's queue of claimable work (docs/conditions.md).
 
 The rule is the board's (``GET /api/v1/tasks?ready=true``): todo, not an epic, no open blocker,
-not claimed by someone fresh, unassigned or assigned to the actor asked for, in priority order.
+not claimed by someone fresh, and (with ``--for``) unassigned or assigned to that actor, in
+priority order.
 taskctl never re-derives it: ``task ready`` and ``task candidates`` both print the board's answer,
 so the queue an agent supervisor reads cannot disagree with the claim check.
 """
@@ -25,7 +26,7 @@ PROJECT_HELP = "Project id (default: TASKLOOM_PROJECT)."
 
 def ready_tasks(inv: Invocation, *, project: str | None, actor: str | None, label: str | None = None,
                 limit: int | None = None) -> list[dict[str, Any]]:
-    """The board's ready queue, in its order; ``actor`` (an id) also admits the cards assigned to it."""
+    """The board's ready queue, in its order; ``actor`` (an id) keeps the cards unassigned or theirs."""
     query = drop_none({
         "ready": "true",
         "project": project,
@@ -46,7 +47,7 @@ def _actor_id(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.command("ready")
 @click.option("-p", "--project", envvar="TASKLOOM_PROJECT", help=PROJECT_HELP)
 @click.option("--for", "for_actor", metavar="ACTOR", callback=_actor_id,
-              help="Also the cards assigned to this actor id; without it, unassigned cards only.")
+              help="Only cards unassigned or assigned to this actor id; without it, any assignee.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many.")
 @global_options
 def ready(project: str | None, for_actor: str | None, limit: int) -> None:
