@@ -87,7 +87,9 @@ def test_wip_limits_blockers_stale_claims_and_the_catch_up(browser: Any, taskd: 
     heartbeats = api.as_actor("claude", "worker-2")
     heartbeats.post(f"/tasks/{second['id']}/claim")
     page.wait_for_selector(".column[data-status=in_progress][data-wip=exceeded]")
-    assert header(page, "in_progress").inner_text() == "2 / 1"
+    # The signal may land before the claim's own frame has refreshed the card: wait for both.
+    page.wait_for_function(
+        "() => document.querySelector('.column[data-status=in_progress] .column-head .count').textContent === '2 / 1'")
     warn = page.evaluate("() => getComputedStyle(document.querySelector('.column[data-status=in_progress] .column-head')).backgroundColor")
     calm = page.evaluate("() => getComputedStyle(document.querySelector('.column[data-status=todo] .column-head')).backgroundColor")
     assert warn != calm, "the warning colour shows"
@@ -95,10 +97,14 @@ def test_wip_limits_blockers_stale_claims_and_the_catch_up(browser: Any, taskd: 
     # A signal frame leaves lastEventId as the last data frame left it.
     page.wait_for_function("() => window.__frames.some((f) => f[0] === 'signal' && f[2] === 'wip_exceeded')")
     frames = page.evaluate("() => window.__frames")
+    assert any(f[0] == "signal" for f in frames[1:]) and any(f[0] == "message" for f in frames), frames
     for at, frame in enumerate(frames):
         if frame[0] == "signal":
-            before = next((f[1] for f in reversed(frames[:at]) if f[0] == "message"), None)
-            assert before is not None and frame[1] == before, frames
+            # The last data frame's id, or the empty string before any: never reset, never moved.
+            before = next((f[1] for f in reversed(frames[:at]) if f[0] == "message"), "")
+            assert frame[1] == before, frames
+    ids = [int(f[1]) for f in frames if f[0] == "message"]
+    assert ids == sorted(ids) and len(ids) == len(set(ids)), frames
 
     # 3. worker-1 never heart-beats: its card is marked stale once the window passes.
     #    worker-2 keeps beating, so its card stays unmarked.
@@ -116,7 +122,8 @@ def test_wip_limits_blockers_stale_claims_and_the_catch_up(browser: Any, taskd: 
     page.wait_for_selector("#connection[data-state=live]")
     page.wait_for_selector(".column[data-status=in_progress]:not([data-wip=exceeded])")
     assert len(breaches_reads) > reads
-    assert header(page, "in_progress").inner_text() == "1 / 1"
+    page.wait_for_function(
+        "() => document.querySelector('.column[data-status=in_progress] .column-head .count').textContent === '1 / 1'")
 
     # 5. The blocker is done with: the signal lifts the marker on the blocked card.
     api.post(f"/tasks/{blocker['id']}/move", {"to": "canceled"})
