@@ -8,6 +8,7 @@ from . import (
     activities,
     admin,
     attachments,
+    breaches,
     comments,
     events,
     export,
@@ -35,4 +36,5 @@ ALL_ROUTES: list[Route] = [
     *activities.ROUTES,
     *export.ROUTES,
     *events.ROUTES,
+    *breaches.ROUTES,
 ]
