@@ -39,6 +39,7 @@ from typing import Any
 
 import structlog
 
+from shared import events
 from shared import hub_protocol as hp
 from shared.ndjson import encode_line
 
@@ -63,7 +64,7 @@ LINGER_BYTES = 4 << 20
 #: Bytes a transport may hold before live events go through the outbox and ``drain()``.
 WRITE_HIGH_WATER = 64 * 1024
 #: Signals that change what a card's brief says (its open blockers): its registrations re-render.
-BRIEF_SIGNALS = frozenset({"card_blocked", "card_unblocked"})
+BRIEF_SIGNALS = frozenset({events.CARD_BLOCKED, events.CARD_UNBLOCKED})
 #: TCP keepalive on accepted sockets: first probe after this many idle seconds, then one every
 #: interval; after ``KEEPALIVE_COUNT`` unanswered probes the kernel resets the connection.
 KEEPALIVE_IDLE = 5

@@ -25,16 +25,15 @@ from services.subscriber.classify import (
     classify,
     classify_signal,
 )
+from shared import conditions as shared_conditions
+from shared import events as ev
 from tests.support.board import BoardClient, TaskdProcess
 from tests.support.waiting import async_wait_until
 
 from .test_loop_e2e import SubscriberProcess
 
-#: The condition names of issue 17, as the issue spells them.
-ISSUE_CONDITIONS = (
-    "wip_exceeded", "wip_cleared", "lane_drained", "lane_refilled", "card_blocked", "card_unblocked",
-    "transition_rejected", "status_timeout", "card_idle", "claim_stale",
-)
+#: Every condition name, read once from the shared vocabulary (shared/conditions.py).
+ALL_CONDITIONS = shared_conditions.CONDITIONS
 
 LOOP = LoopIdentity(agents=frozenset({"worker-1"}), director="Director")
 REVIEWER = LoopIdentity(agents=frozenset({"worker-1"}), wake_on_timeout=frozenset({"in_review"}))
@@ -45,7 +44,7 @@ CHANGES: dict[str, dict[str, Any]] = {
     "lane_drained": {"status": "todo", "count": 0},
     "lane_refilled": {"status": "todo", "count": 1},
     "card_blocked": {"blockers": ["DEMO-0001"]},
-    "card_unblocked": {"blockers": []},
+    "card_unblocked": {"blockers": ["DEMO-0001"]},
     "transition_rejected": {"from": "todo", "to": "done", "code": "INVALID_TRANSITION"},
     "status_timeout": {"status": "in_review", "since": "2026-05-04T09:00:00Z", "max": 86400},
     "card_idle": {"since": "2026-05-04T09:00:00Z", "threshold": 3600},
@@ -60,10 +59,11 @@ def signal(name: str, **changes: Any) -> dict[str, Any]:
 
 def test_every_condition_name_sits_in_exactly_one_list() -> None:
     lists = {"wake": CONDITION_WAKE, "conditional": CONDITION_CONDITIONAL, "ignore": CONDITION_IGNORE}
-    for name in ISSUE_CONDITIONS:
+    for name in ALL_CONDITIONS:
         holders = [list_name for list_name, names in lists.items() if name in names]
         assert len(holders) == 1, f"{name} is in {holders or 'no list'}"
-    assert CONDITIONS == set(ISSUE_CONDITIONS), "the lists name a condition the board does not declare"
+    assert CONDITIONS == shared_conditions.CONDITION_SET, "the lists name a condition the board does not declare"
+    assert shared_conditions.CONDITION_SET <= ev.EVENT_SET  # so a persisted one is classified as a row too
     assert set(CHANGES) == CONDITIONS
 
 
@@ -72,14 +72,14 @@ def test_the_lists_are_the_rule_of_the_issue() -> None:
     assert CONDITION_CONDITIONAL == {"status_timeout"}
 
 
-@pytest.mark.parametrize("name", ISSUE_CONDITIONS)
+@pytest.mark.parametrize("name", ALL_CONDITIONS)
 def test_each_signal_wakes_or_not_by_the_rule(name: str) -> None:
     decision = classify_signal(signal(name), LOOP)
     assert decision.wake is (name in CONDITION_WAKE), decision
     assert classify_signal(signal(name), REVIEWER).wake is (name in CONDITION_WAKE or name == "status_timeout")
 
 
-@pytest.mark.parametrize("name", ISSUE_CONDITIONS)
+@pytest.mark.parametrize("name", ALL_CONDITIONS)
 def test_a_persisted_condition_row_decides_as_its_signal_does(name: str) -> None:
     # A persisting project writes the condition as an activity row by ``system``: that is the
     # board noticing, so board-housekeeping suppression must not swallow it.
