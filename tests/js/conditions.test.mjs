@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import test from "node:test";
 
-import { ConditionState, columnHeader, wipLimits } from "../../services/board/static/js/conditions.js";
+import { ConditionState, columnHeader, signalOfRow, wipLimits } from "../../services/board/static/js/conditions.js";
 import { LiveStream } from "../../services/board/static/js/live.js";
 import { FakeClock, activity, fakeEventSourceClass, fakeFetch, jsonReply, settle } from "./support/fakes.mjs";
 
@@ -138,6 +138,16 @@ test("a signal that lands while /breaches is read is applied over its answer", (
   state.loadBreaches([{ type: "wip_exceeded", project_id: "demo", task_id: null, changes: { status: "in_progress", count: 3, limit: 2 }, since: "x" }]);
   assert.equal(state.header("in_progress", 2).warning, false);
   assert.equal(state.catchingUp, null);
+});
+
+test("a persisted condition row is read as its signal; other rows are not conditions", () => {
+  const row = activity("wip_exceeded", { task_id: null, actor_kind: "system", actor_id: "system", changes: { status: "in_progress", count: 3, limit: 2 } });
+  assert.deepEqual(signalOfRow(row), { type: "wip_exceeded", project_id: "demo", task_id: null, changes: row.changes, at: row.created_at });
+  const state = shown();
+  state.applySignal(signalOfRow(row));
+  assert.equal(state.header("in_progress", 3).warning, true);
+  assert.equal(signalOfRow(activity("task_moved")), null);
+  assert.equal(signalOfRow(activity("lane_drained")), null); // not shown on the page
 });
 
 test("switching project drops the other project's conditions", () => {

@@ -3,7 +3,7 @@
 import { Api, ApiError, q } from "./api.js";
 import { BoardState } from "./board-state.js";
 import { BoardView } from "./board-view.js";
-import { ConditionState } from "./conditions.js";
+import { ConditionState, signalOfRow } from "./conditions.js";
 import { $, formValues, h } from "./dom.js";
 import { Drawer } from "./drawer.js";
 import { BACKFILL_LIMIT, FeedLedger, seenKey } from "./feed.js";
@@ -243,6 +243,8 @@ function onFrame(activity) {
   if (activity.event === "task_created" && activity.changes && activity.changes.identifier) identifiers.set(activity.task_id, activity.changes.identifier);
   refresher.handle(activity);
   if (ledger.add(activity)) scheduleFeed();
+  const condition = signalOfRow(activity); // a persisted condition: the same news as its signal
+  if (condition) onSignal(condition);
 }
 
 function onState(next, detail = {}) {

@@ -22,6 +22,17 @@ export const MARKERS = {
   stale: (claimedBy) => ({ kind: "stale", label: claimedBy ? `No heartbeat from ${claimedBy}` : "Claim gone stale" }),
 };
 
+const ACTED_ON = new Set([WIP_EXCEEDED, WIP_CLEARED, CARD_BLOCKED, CARD_UNBLOCKED, CLAIM_STALE]);
+
+/**
+ * A persisted condition (a project's `settings.persist_conditions`) arrives as an activity row
+ * named after it, not as a signal: the same news in the shape `applySignal` reads, or null.
+ */
+export function signalOfRow(row) {
+  if (!row || !ACTED_ON.has(row.event)) return null;
+  return { type: row.event, project_id: row.project_id, task_id: row.task_id ?? null, changes: row.changes || {}, at: row.created_at };
+}
+
 /** `project.settings.wip_limits`, only the usable entries (a non-negative integer per status). */
 export function wipLimits(project) {
   const limits = project && project.settings && project.settings.wip_limits;
