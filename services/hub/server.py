@@ -39,7 +39,6 @@ from typing import Any
 
 import structlog
 
-from shared import events
 from shared import hub_protocol as hp
 from shared.ndjson import encode_line
 
@@ -63,8 +62,6 @@ LINGER = 1.0
 LINGER_BYTES = 4 << 20
 #: Bytes a transport may hold before live events go through the outbox and ``drain()``.
 WRITE_HIGH_WATER = 64 * 1024
-#: Signals that change what a card's brief says (its open blockers): its registrations re-render.
-BRIEF_SIGNALS = frozenset({events.CARD_BLOCKED, events.CARD_UNBLOCKED})
 #: TCP keepalive on accepted sockets: first probe after this many idle seconds, then one every
 #: interval; after ``KEEPALIVE_COUNT`` unanswered probes the kernel resets the connection.
 KEEPALIVE_IDLE = 5
@@ -311,11 +308,6 @@ class Hub:
             return
         for connection in self.followers:
             connection.push_signal(line)
-        task_id = signal.get("task_id")
-        if signal.get("type") in BRIEF_SIGNALS and isinstance(task_id, str):
-            # A blocker reaching done writes its row on the blocker; the blocked card's brief
-            # (its open blockers) learns of it only from this signal.
-            self.registrations.board_event({"task_id": task_id, "event": signal["type"]})
 
     def board_cursor(self, revision: int) -> None:
         self.revision = revision
