@@ -13,8 +13,8 @@ followers never wait for it.
 
 Signals: the board's condition frames are forwarded as ``signal`` records, encoded once for all
 followers. They are not in the ring and carry no revision, so nothing replays them: a follower
-that is catching up (or whose outbox is full) misses the signals of that stretch, as a browser
-that was away does, and reads ``GET /api/v1/breaches`` for what holds now (docs/conditions.md).
+that was away, or whose outbox was full, misses them, as a browser that was away does, and reads
+``GET /api/v1/breaches`` for what holds now (docs/conditions.md).
 
 Dead peers: a peer that is gone must leave ``clients`` at once, not at the second heartbeat. A
 reset or a failed write ends the session as soon as the transport notices; a follower that
@@ -583,21 +583,22 @@ class Connection:
         self._queue(line)
 
     def push_signal(self, line: bytes) -> None:
-        """A live signal line, shared by every follower. Never queued behind a catch-up.
+        """A live signal line, shared by every follower.
 
-        A lagging follower's outbox will be refilled from the ring with events that happened
-        before this signal; writing the signal first would state a condition ahead of the facts
-        it follows from, so it is dropped instead (signals are never replayed, SPEC §1.7).
+        A signal is news about now, so a follower still catching up from the ring gets it at
+        once, between replayed events (the board itself sends a signal when its transaction
+        commits, which may be before the row that caused it). Only a full outbox drops one:
+        signals are never replayed (SPEC §1.7), and the follower reads /breaches.
         """
-        if self.closing or self.lagging or not self.wants_signals:
+        if self.closing or not self.wants_signals:
             return
         if len(self.outbox) >= self.hub.settings.max_pending:
             log.info("follower_signal_dropped", cursor=self.cursor, pending=len(self.outbox))
             return
         self.last_event_at = self._loop.time()  # a record the follower asked for: not idle
         transport = self.writer.transport
-        if (self._writer_parked and not self.outbox and transport.get_write_buffer_size() < WRITE_HIGH_WATER
-                and not transport.is_closing()):
+        if (self._writer_parked and not self.lagging and not self.outbox
+                and transport.get_write_buffer_size() < WRITE_HIGH_WATER and not transport.is_closing()):
             transport.write(line)  # the same fast path as push_event, for the same reason
             self.last_write_at = self._loop.time()
             return
