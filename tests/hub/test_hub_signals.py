@@ -10,6 +10,7 @@ no cursor, and ``follow {"signals": false}`` leaves it out.
 from __future__ import annotations
 
 import asyncio
+import shutil
 from typing import Any
 
 import orjson
@@ -174,3 +175,33 @@ async def test_a_follower_that_never_follows_gets_no_signal(hub: Hub, board: Run
     assert (await idle_session.recv())["type"] == "pong"  # the first line it gets is its own answer
     await idle_session.close()
     await live.close()
+
+
+async def test_the_documented_nc_session_sees_a_signal(hub: Hub, board: RunningBoard, client: BoardClient) -> None:
+    """docs/hub-protocol.md *Signals*: the real ``nc``, following live, gets the record as documented."""
+    nc = shutil.which("nc")
+    assert nc, "the hub tests need nc (Debian: apt-get install netcat-openbsd)"
+    blocker, card = await make_task(client), await make_task(client)
+    await hub_caught_up(hub, board)
+    typed = f'{{"type":"hello","protocol":1,"token":"{hub.token}"}}\n{{"type":"follow","idle_ms":1500}}\n'
+    process = await asyncio.create_subprocess_exec(
+        nc, "-N", "127.0.0.1", str(hub.port), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(typed.encode())
+    await process.stdin.drain()
+    process.stdin.close()
+    try:
+        seen = [orjson.loads(await asyncio.wait_for(process.stdout.readline(), 10)) for _ in range(2)]
+        assert [r["type"] for r in seen] == ["welcome", "open"], seen
+        await block(client, blocker, card)
+        rest, _ = await asyncio.wait_for(process.communicate(), 20)  # ends with idle after 1.5 s of quiet
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    records = [orjson.loads(line) for line in rest.splitlines()]
+    assert sorted(r["type"] for r in records if r["type"] != "heartbeat") == ["event", "idle", "signal"], records
+    assert records[-1] == {"type": "idle", "idle_ms": 1500}
+    [signal] = [r for r in records if r["type"] == "signal"]
+    assert signal["signal"]["type"] == "card_blocked" and "revision" not in signal
