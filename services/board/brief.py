@@ -219,6 +219,8 @@ def _task_moved(c: Row, ctx: _Context) -> str:
         text += f", round {c['deliveryRound']} begins"
     reason = _reason(c.get("awaitingReason") or c.get("blockedReason"))
     text += reason
+    if c.get("forced"):
+        text += f", forced past open blockers{_reason(c.get('reason'))}"
     question_id = c.get("questionCommentId")
     if question_id and not ctx.follows_comment(question_id):
         question = ctx.comment_excerpt(question_id)
@@ -251,11 +253,14 @@ def _task_delivered(c: Row, ctx: _Context) -> str:
     text = f"delivered round {c.get('round', '?')} ({_arrow(c)})"
     if c.get("rollup"):
         text += f", epic rollup ({c.get('canceled', 0)} canceled children)"
+    if c.get("forced"):
+        text += f", forced past open blockers{_reason(c.get('reason'))}"
     return text
 
 
 def _report_waived(c: Row, ctx: _Context) -> str:
-    return f"waived the report for round {c.get('round', '?')} ({_arrow(c)}){_reason(c.get('reason'))}"
+    forced = ", forced past open blockers" if c.get("forced") else ""
+    return f"waived the report for round {c.get('round', '?')} ({_arrow(c)}){_reason(c.get('reason'))}{forced}"
 
 
 def _acceptance_changed(c: Row, ctx: _Context) -> str:
