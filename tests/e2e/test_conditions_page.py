@@ -9,6 +9,7 @@ frame leaves ``EventSource.lastEventId`` as it was; after a reconnect the page r
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from tests.support.board import TaskdProcess
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_MS = 10_000
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 #: The claim freshness window for this board's project, seconds: a claim with no heartbeat goes
 #: stale this long after it was taken.
 STALE_AFTER = 1
@@ -111,6 +113,7 @@ def test_wip_limits_blockers_stale_claims_and_the_catch_up(browser: Any, taskd: 
     heartbeats.post(f"/tasks/{second['id']}/heartbeat")
     card(page, first["identifier"]).locator("[data-condition=stale]").wait_for(timeout=TIMEOUT_MS + STALE_AFTER * 1000)
     assert "worker-1" in card(page, first["identifier"]).locator("[data-condition=stale]").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "conditions-page.png"))
 
     # 4. The page misses a signal (its stream is down) and catches up from /breaches on reconnect.
     page.evaluate("() => window.taskloom.live.halt()")

@@ -125,7 +125,7 @@ export class BoardView {
       ),
       h("span", { class: "title" }, task.title),
       marker,
-      ...markers.map((m) => h("span", { class: `marker condition condition-${m.kind}`, dataset: { condition: m.kind } }, h("span", { class: "marker-icon", "aria-hidden": "true" }, m.kind === "stale" ? "⏱" : "⛓"), h("span", {}, m.label))),
+      ...markers.map((m) => h("span", { class: `marker condition condition-${m.kind}`, dataset: { condition: m.kind } }, h("span", { class: "marker-icon", "aria-hidden": "true" }, m.kind === "stale" ? "…" : "←"), h("span", {}, m.label))),
       task.labels.length || assignee
         ? h(
             "span",
