@@ -76,6 +76,7 @@ def subscribe(
     agents: tuple[str, ...],
     director: str | None,
     on_wake: str,
+    wake_on_timeout: tuple[str, ...],
     state_dir: Path | None,
     start_hub: bool,
     verbose: bool,
@@ -85,8 +86,10 @@ def subscribe(
 
     \b
     Wakes on new, moved, reopened, delivered and resumed tasks, reports, relations, dispatch
-    field updates, questions and human comments; never on this loop's own agents' writes (except
-    a release back to todo or a question), heartbeats or board housekeeping. Wakes are coalesced
+    field updates, questions and human comments, and on the board's card_unblocked and
+    claim_stale conditions (status_timeout only for --wake-on-timeout statuses); never on this
+    loop's own agents' writes (except a release back to todo or a question), heartbeats or board
+    housekeeping. Wakes are coalesced
     (300 ms debounce, 2 s at most, one turn a minute). A turn needs a live resident pool
     (<state-dir>/sessions.state.json) and the continue lock (<state-dir>/continue.lock).
     Publishes <state-dir>/subscribe.state.json; stops cleanly on SIGTERM/SIGINT (exit 0).
@@ -122,7 +125,7 @@ def subscribe(
             {"board": board.url, "agents": list(agents), "director": director, "state_dir": str(directory)},
             flush_interval=timing.state_flush,
         )
-        who = LoopIdentity(agents=frozenset(agents), director=director)
+        who = LoopIdentity(agents=frozenset(agents), director=director, wake_on_timeout=frozenset(wake_on_timeout))
 
         async def main() -> int:
             subscriber = Subscriber(
@@ -311,6 +314,8 @@ def _next_steps(supervisor: str, target: Path, names: list[str], *, install: boo
 @click.option("--director", callback=subscriber_settings.check_director, metavar="NAME", help="The decision lane's actor id.")
 @click.option("--on-wake", "on_wake", required=True, callback=subscriber_settings.check_on_wake, metavar="CMD",
               help="The subscriber's continue-turn command.")
+@click.option("--wake-on-timeout", "wake_on_timeout", multiple=True, callback=subscriber_settings.check_timeout_statuses,
+              metavar="STATUS", help="Passed to the subscriber: also wake when a card times out in STATUS (repeatable).")
 @STATE_DIR_OPTION
 @click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,
               help="The board's port on 127.0.0.1.")
@@ -324,6 +329,7 @@ def install(
     agents: tuple[str, ...],
     director: str | None,
     on_wake: str,
+    wake_on_timeout: tuple[str, ...],
     state_dir: Path | None,
     port: int,
     data_dir: Path | None,
@@ -359,6 +365,7 @@ def install(
             agents=agents,
             on_wake=on_wake,
             director=director,
+            wake_on_timeout=wake_on_timeout,
             path=os.environ.get("PATH") or os.defpath,
             supervised_hub=with_hub,
         )

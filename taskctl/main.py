@@ -39,12 +39,14 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "open": ("taskctl.admin_cmd:open_board", "Open the board in a browser with a one-time login link."),
     "board": ("taskctl.admin_cmd:board", "The board's identity and where it runs."),
     "import": ("taskctl.lifecycle_cmd:import_group", "Import a state export into a board without projects."),
+    "conditions": ("taskctl.conditions_cmd:conditions", "What the board sees holding now (WIP, blockers, stale claims)."),
 }
 #: Commands other modules add to a lazily loaded group: group → [(module, attribute names)].
 EXTENSIONS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "events": [("taskctl.follow_cmd", ("follow", "hub"))],
     "export": [("taskctl.lifecycle_cmd", ("state",))],
     "board": [("taskctl.lifecycle_cmd", ("backup", "compact", "settings"))],
+    "task": [("taskctl.ready_cmd", ("ready",))],
 }
 
 

@@ -23,7 +23,6 @@ from .command import (
 from .http import paginate
 from .render import TASK_COLUMNS, next_cursor, task_fields, task_line
 
-PRIORITY_RANK = {name: rank for rank, name in enumerate(reversed(domain.PRIORITIES))}  # urgent first
 PROJECT_HELP = "Project id (default: TASKLOOM_PROJECT)."
 
 
@@ -313,28 +312,17 @@ def waive(ref: str, reason: str, if_version: int | None) -> None:
     inv.out.result(inv.call("POST", _path(ref, "waive"), body), lambda t: task_line(inv.out, "waived report for", t))
 
 
-def claimable_by(task: dict[str, Any], kind: str, actor_id: str) -> bool:
-    if task.get("kind") == "epic" or task.get("status") != "todo" or task.get("archived_at"):
-        return False
-    return task.get("assignee_id") is None or (task.get("assignee_kind"), task.get("assignee_id")) == (kind, actor_id)
-
-
-def rank_candidates(tasks: list[dict[str, Any]], kind: str, actor_id: str) -> list[dict[str, Any]]:
-    """Todo tasks I could claim: unassigned or mine, not epics; urgent first, then oldest first."""
-    mine = [t for t in tasks if claimable_by(t, kind, actor_id)]
-    return sorted(mine, key=lambda t: (PRIORITY_RANK.get(t.get("priority", "medium"), 9), t.get("created_at") or ""))
-
-
 @command(task, "candidates")
 @click.option("-p", "--project", envvar="TASKLOOM_PROJECT", help=PROJECT_HELP)
 @click.option("-l", "--label", help="Only tasks carrying this label.")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most this many.")
 def candidates(project: str | None, label: str | None, limit: int) -> None:
-    """Todo tasks you could claim now, most urgent first."""
+    """Tasks you could claim now, most urgent first: the board's ready rule, for you."""
+    from .ready_cmd import ready_tasks
+
     inv = current()
     me = inv.who()
-    query = drop_none({"project": project, "status": ["todo"], "label": label, "limit": limits.PAGE_LIMIT_MAX})
-    ranked = rank_candidates(list(paginate(inv.http(), "/api/v1/tasks", query)), me.kind, me.id)[:limit]
+    ranked = ready_tasks(inv, project=project, actor=me.id, label=label, limit=limit)
     inv.out.result({"items": ranked, "next_cursor": None},
                    lambda page: inv.out.table(page["items"], TASK_COLUMNS, empty=f"nothing for {me} to claim"))
 

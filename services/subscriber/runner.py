@@ -5,8 +5,10 @@ following, let a running turn finish (``stop_grace``; a second signal abandons i
 publish ``stopped`` → exit 0.
 
 The hub is reached through ``OpenStream``: a callable that opens one connection resuming after a
-revision and yields its records (``open``, ``event``, ``heartbeat``, ``reset``, ``idle``,
-``shutdown``, ``eof``, ``error``; docs/hub-protocol.md) until that connection ends. This module
+revision and yields its records (``open``, ``event``, ``signal``, ``heartbeat``, ``reset``,
+``idle``, ``shutdown``, ``eof``, ``error``; docs/hub-protocol.md) until that connection ends.
+A ``signal`` (a board condition: ``card_unblocked``, ``claim_stale``…) may wake the loop but never
+moves the cursor: it has no revision and is never replayed. This module
 owns everything around it: its own 1 s → 30 s reconnect ladder (reset by each ``open``), the
 cursor it resumes from, and a silence timeout (the hub heartbeats every 15 s; three missed
 heartbeats and the connection is presumed dead). It imports no other service (SPEC §2): taskctl
@@ -30,7 +32,7 @@ import structlog
 
 from shared import hub_protocol as hp
 
-from .classify import LoopIdentity, UnknownNames, classify
+from .classify import LoopIdentity, UnknownNames, classify, classify_signal
 from .coalesce import Coalescer, Turn
 from .process import Backoff, ShutdownSignals
 
@@ -243,6 +245,10 @@ class Subscriber:
             # Only after the event is dealt with: a resumed connection must not skip it.
             if revision is not None:
                 self._advance(revision)
+        elif kind == "signal":
+            body = record.get("signal")
+            if isinstance(body, dict):
+                self._classify_signal(body)
         elif kind == "heartbeat":
             if revision is not None:
                 self._advance(revision)
@@ -291,6 +297,21 @@ class Subscriber:
         log.info("wake", name=name, revision=revision, reason=decision.reason,
                  actor_kind=activity.get("actor_kind"), actor=activity.get("actor_id"))
         self._add_wake(revision, str(name))
+
+    def _classify_signal(self, signal: Record) -> None:
+        name = signal.get("type")
+        decision = classify_signal(signal, self.who)
+        if decision.reason == "unknown":
+            if isinstance(name, str) and self.unknown.first_sighting(name):
+                log.warning("unknown_signal_ignored", name=name)
+            return
+        if not decision.wake:
+            log.debug("signal_ignored", name=name, reason=decision.reason, task=signal.get("task_id"))
+            return
+        log.info("wake", name=name, signal=True, reason=decision.reason, task=signal.get("task_id"),
+                 project=signal.get("project_id"))
+        # The turn covers the state the board had when it noticed: everything up to our cursor.
+        self._add_wake(self.cursor or 0, str(name))
 
     def _add_wake(self, revision: int, name: str) -> None:
         """Queue a wake; called before the cursor moves past ``revision``."""
