@@ -137,6 +137,7 @@ FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
     ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "settings"): FREE_FORM,
     ("PUT", f"{PREFIX}/projects/{{id}}/readme", "body", "readme"): README,
     ("GET", f"{PREFIX}/tasks", "query", "label"): {"pattern": LABEL_PATTERN},
+    ("GET", f"{PREFIX}/tasks", "query", "q"): {"pattern": NON_BLANK, "maxLength": limits.SEARCH_MAX_CHARS},
     ("POST", f"{PREFIX}/tasks", "body", "title"): TITLE,
     ("POST", f"{PREFIX}/tasks", "body", "description"): DESCRIPTION,
     ("POST", f"{PREFIX}/tasks", "body", "labels"): LABELS,
