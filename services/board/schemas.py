@@ -331,7 +331,7 @@ _META: Final = {"board_id": STRING, "revision": {"type": "integer", "minimum": 0
 RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     ("GET", f"{PREFIX}/meta"): closed({**_META, "version": STRING}),
     ("GET", f"{PREFIX}/openapi.json"): {"type": "object", "required": ["openapi", "info", "paths"]},
-    ("POST", f"{PREFIX}/login-links"): closed({"url": STRING}),
+    ("POST", f"{PREFIX}/login-links"): closed({"url": STRING, "expires_in_seconds": {"type": "integer", "minimum": 1}}),
     ("POST", f"{PREFIX}/logout"): closed({"logged_out": {"type": "boolean"}}),
     ("POST", f"{PREFIX}/token/rotate"): closed({"rotated": {"const": True}, "token_file": STRING}),
     ("GET", f"{PREFIX}/board/status"): closed({
