@@ -5,6 +5,7 @@ import { STATUS_LABELS, TERMINAL, TRANSITIONS } from "./board-state.js";
 import { q } from "./api.js";
 import { $, formValues, h, hue } from "./dom.js";
 import { statusPill, when, who } from "./drawer-parts.js";
+import { markdownBlock } from "./markdown.js";
 
 const PRIORITIES = ["urgent", "high", "medium", "low"];
 const KINDS = ["task", "bug", "epic", "review"];
@@ -51,7 +52,7 @@ export async function load(drawer, taskId, panel) {
       fact("Updated", when(task.updated_at)),
     ),
     h("h3", {}, "Description"),
-    task.description ? h("div", { class: "prose" }, task.description) : h("p", { class: "muted" }, "No description."),
+    task.description ? markdownBlock(task.description, { className: "description" }) : h("p", { class: "muted" }, "No description."),
     acceptance && acceptance.items.length
       ? [h("h3", {}, "Acceptance"), h("ul", { class: "acceptance" }, acceptance.items.map((item) => h("li", {}, item.text)))]
       : null,
