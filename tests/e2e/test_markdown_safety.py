@@ -45,7 +45,8 @@ window.alert = window.confirm = window.prompt = () => window.__ran.push('dialog'
 FIND_EXECUTABLE = """() => {
   const found = [];
   for (const el of document.querySelectorAll('#app *, #drawer *')) {
-    if (['SCRIPT', 'IFRAME', 'OBJECT', 'EMBED', 'SVG', 'STYLE', 'FORM'].includes(el.tagName.toUpperCase()) && el.closest('.prose, .card, .feed-list, .marker'))
+    const drawnText = el.closest('.prose, .card, .feed-list, .marker');
+    if (drawnText && ['SCRIPT', 'IFRAME', 'OBJECT', 'EMBED', 'SVG', 'STYLE', 'FORM'].includes(el.tagName.toUpperCase()))
       found.push(el.tagName);
     for (const attr of el.attributes) {
       if (/^on/i.test(attr.name)) found.push(`${el.tagName}[${attr.name}]`);

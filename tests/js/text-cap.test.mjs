@@ -34,3 +34,18 @@ test("a 100 KB text is capped in well under a millisecond per call", () => {
   // Generous: the point is that the cost does not grow with the text (segmenting it all takes ~50 ms).
   assert.ok(performance.now() - started < 500);
 });
+
+test("markdown slices end at blank lines outside code fences and join back to the text", async () => {
+  const { markdownChunks } = await import("../../services/board/static/js/text-cap.js");
+  const fenced = "```\n" + "code line\n\n".repeat(50) + "```\n";
+  const text = ["# Title", "para ".repeat(30), fenced, "- item\n- item", "tail ".repeat(40)].join("\n\n");
+  const chunks = markdownChunks(text, 100);
+  assert.ok(chunks.length > 2);
+  assert.equal(chunks.join(""), text);
+  for (const chunk of chunks) {
+    const fences = chunk.split("\n").filter((line) => line.startsWith("```")).length;
+    assert.equal(fences % 2, 0, `a slice splits a code fence: ${JSON.stringify(chunk.slice(0, 40))}`);
+  }
+  assert.deepEqual(markdownChunks("short", 100), ["short"]);
+  assert.deepEqual(markdownChunks("", 100), [""]);
+});

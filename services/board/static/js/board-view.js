@@ -3,7 +3,7 @@
 
 import { STATUSES, STATUS_LABELS, byPriority, cardSignature } from "./board-state.js";
 import { h, hue, initials } from "./dom.js";
-import { CARD_TEXT_MAX, capText } from "./text-cap.js";
+import { CARD_TEXT_MAX, CARD_TITLE_MAX, capText } from "./text-cap.js";
 
 const PRIORITY_LABELS = { urgent: "Urgent", high: "High", medium: "Medium", low: "Low" };
 const KIND_MARKS = { epic: "Epic", bug: "Bug", review: "Review" };
@@ -158,7 +158,7 @@ export class BoardView {
         KIND_MARKS[task.kind] ? h("span", { class: `kind kind-${task.kind}` }, KIND_MARKS[task.kind]) : null,
         h("span", { class: `priority priority-${task.priority}`, title: `${PRIORITY_LABELS[task.priority]} priority` }, PRIORITY_LABELS[task.priority] || task.priority),
       ),
-      h("span", { class: "title" }, task.title),
+      h("span", { class: "title" }, capText(task.title, CARD_TITLE_MAX).text),
       marker,
       task.labels.length || assignee
         ? h(

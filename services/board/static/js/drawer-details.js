@@ -146,7 +146,8 @@ function editForm(drawer, task) {
     "form",
     { class: "edit-form", "aria-label": "Edit the card" },
     h("label", {}, h("span", {}, "Title"), h("input", { name: "title", required: true, value: task.title })),
-    h("label", {}, h("span", {}, "Description"), h("textarea", { name: "description", rows: "5" }, task.description || "")),
+    // Filled when the editor opens: a 64K-character text in a closed form would still cost a layout.
+    h("label", {}, h("span", {}, "Description"), h("textarea", { name: "description", rows: "5" })),
     h(
       "div",
       { class: "row" },
@@ -171,7 +172,8 @@ function editForm(drawer, task) {
     const values = formValues(form, { keepEmpty: true });
     const patch = {};
     if (values.title !== base.title) patch.title = values.title;
-    if (values.description !== (base.description || "")) patch.description = values.description;
+    // An editor never opened was never filled: its empty field is not a wish to clear the text.
+    if (form.elements.description.dataset.filled && values.description !== (base.description || "")) patch.description = values.description;
     if (values.priority !== base.priority) patch.priority = values.priority;
     if (values.kind !== base.kind) patch.kind = values.kind;
     const labels = values.labels.split(",").map((name) => name.trim()).filter(Boolean);
@@ -198,6 +200,13 @@ function editForm(drawer, task) {
         );
       }
     });
+  });
+  details.addEventListener("toggle", () => {
+    const field = form.elements.description;
+    if (details.open && !field.dataset.filled) {
+      field.value = base.description || "";
+      field.dataset.filled = "true";
+    }
   });
   details.append(form);
   return details;

@@ -12,7 +12,7 @@
 import DOMPurify from "../vendor/dompurify/purify.es.js";
 import { Marked } from "../vendor/marked/marked.esm.js";
 import { h } from "./dom.js";
-import { MARKDOWN_MAX } from "./text-cap.js";
+import { markdownChunks } from "./text-cap.js";
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 const escapeHtml = (text) => String(text).replace(/[&<>"']/g, (char) => ESCAPES[char]);
@@ -60,14 +60,39 @@ export function renderMarkdown(text) {
 }
 
 /**
- * A `.prose.markdown` block for the drawer. A text longer than MARKDOWN_MAX is shown as plain
- * text: parsing it would hold the page for longer than a person waits for a click.
+ * A `.prose.markdown` block for the drawer. A long text is drawn a slice per task (the first at
+ * once, the rest on the following turns of the event loop), so a 100 KB description never holds
+ * the page for longer than a slice takes.
  */
 export function markdownBlock(text, { className = "" } = {}) {
   const value = String(text ?? "");
   // Without a DOM DOMPurify can clean (it says so), the text is shown as typed: never unclean HTML.
-  if (value.length > MARKDOWN_MAX || !DOMPurify.isSupported) return h("div", { class: `prose plain ${className}`.trim() }, value);
+  if (!DOMPurify.isSupported) return h("div", { class: `prose plain ${className}`.trim() }, value);
   const block = h("div", { class: `prose markdown ${className}`.trim() });
-  block.append(renderMarkdown(value));
+  const chunks = markdownChunks(value);
+  if (chunks.length === 1) {
+    block.append(renderMarkdown(value));
+    return block;
+  }
+  block.append(slice(chunks[0]));
+  drawRest(block, chunks, 1, false);
   return block;
+}
+
+/** One slice of a long text, which the browser lays out and paints only when it is scrolled to. */
+function slice(text) {
+  const part = h("div", { class: "md-slice" });
+  part.append(renderMarkdown(text));
+  return part;
+}
+
+function drawRest(block, chunks, next, wasShown) {
+  block.dataset.drawing = "true";
+  setTimeout(() => {
+    // Taken off the page (the drawer moved to another card): stop drawing.
+    if (wasShown && !block.isConnected) return;
+    block.append(slice(chunks[next]));
+    if (next + 1 < chunks.length) drawRest(block, chunks, next + 1, wasShown || block.isConnected);
+    else delete block.dataset.drawing;
+  }, 0);
 }

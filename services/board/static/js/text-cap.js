@@ -3,13 +3,13 @@
 // No DOM.
 
 /** Characters of an awaiting or blocked reason a card shows. */
-export const CARD_TEXT_MAX = 280;
+export const CARD_TEXT_MAX = 200;
 /** Characters of a card's title the board view draws (the drawer's title is whole). */
 export const CARD_TITLE_MAX = 200;
 /** Characters of one feed entry's detail line. */
 export const FEED_TEXT_MAX = 300;
-/** Characters of markdown the drawer renders as markdown; beyond that it is shown as plain text. */
-export const MARKDOWN_MAX = 100_000;
+/** Characters of markdown rendered in one go; a longer text is drawn a slice per task. */
+export const MARKDOWN_CHUNK = 4000;
 
 const ELLIPSIS = "…";
 
@@ -39,4 +39,36 @@ export function capText(text, max) {
 
 function isHighSurrogate(code) {
   return code >= 0xd800 && code <= 0xdbff;
+}
+
+const FENCE = /^ {0,3}(`{3,}|~{3,})/;
+
+/**
+ * `text` cut into slices of about `size` characters, each ending at a blank line outside a
+ * fenced code block, so each slice is whole markdown blocks and parses alone as it would in the
+ * whole. (A list or a reference definition split by a blank line at a cut renders as two.)
+ * Joining the slices gives back the text.
+ */
+export function markdownChunks(text, size = MARKDOWN_CHUNK) {
+  const value = String(text ?? "");
+  if (value.length <= size) return [value];
+  const chunks = [];
+  let start = 0;
+  let fence = null;
+  let at = 0;
+  while (at < value.length) {
+    const end = value.indexOf("\n", at);
+    const lineEnd = end === -1 ? value.length : end + 1;
+    const line = value.slice(at, end === -1 ? value.length : end);
+    const opened = FENCE.exec(line);
+    if (fence === null && opened) fence = opened[1][0];
+    else if (fence !== null && opened && opened[1][0] === fence) fence = null;
+    else if (fence === null && line.trim() === "" && lineEnd - start >= size) {
+      chunks.push(value.slice(start, lineEnd));
+      start = lineEnd;
+    }
+    at = lineEnd;
+  }
+  if (start < value.length) chunks.push(value.slice(start));
+  return chunks;
 }
