@@ -175,7 +175,10 @@ async def login(request: web.Request) -> web.StreamResponse:
     code = request.query.get("code", "")
     credentials = request.app[CREDENTIALS]
     if not credentials.redeem_login_code(code):
-        raise TaskloomError("UNAUTHORIZED", "this login link is used or expired", hint="taskctl open prints a new one")
+        # The link opened twice in a browser that it already signed in: just show the board.
+        if credentials.check_session(request.cookies.get(credentials.cookie_name)) is not None:
+            raise web.HTTPFound("/")
+        return ui.login_refused(challenge=WWW_AUTHENTICATE)
     response = web.HTTPFound("/")
     cookie = credentials.new_session()
     set_session_cookie(response, credentials, cookie, credentials.check_session(cookie))

@@ -20,6 +20,7 @@ from shared.paths import BOARD_POINTER, runtime_dir
 from shared.paths import data_dir as default_data_dir
 
 from .app import create_app
+from .auth import LOGIN_CODE_TTL
 from .connections import BoardRunner, ConnectionLimits, listen_backlog
 from .descriptors import raise_nofile_limit, reserve_within
 from .files import NotOwned, ensure_private_dir, restrict_umask, tighten
@@ -128,7 +129,8 @@ def announce_login(app: web.Application, url: str) -> None:
     outlive the link's use and may be read by others; ``taskctl open`` mints a fresh one anyway."""
     if sys.stderr.isatty():
         code = app[CREDENTIALS].new_login_code()
-        click.echo(f"Open the board: {url}/login?code={code}", err=True)
+        minutes = int(LOGIN_CODE_TTL // 60)
+        click.echo(f"Open the board (this link works once, for {minutes} minutes): {url}/login?code={code}", err=True)
     else:
         click.echo("Open the board with `taskctl open` (it asks for a one-time login link).", err=True)
 

@@ -139,6 +139,7 @@ FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
     ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "settings"): FREE_FORM,
     ("PUT", f"{PREFIX}/projects/{{id}}/readme", "body", "readme"): README,
     ("GET", f"{PREFIX}/tasks", "query", "label"): {"pattern": LABEL_PATTERN},
+    ("GET", f"{PREFIX}/tasks", "query", "q"): {"pattern": NON_BLANK, "maxLength": limits.SEARCH_MAX_CHARS},
     ("POST", f"{PREFIX}/tasks", "body", "title"): TITLE,
     ("POST", f"{PREFIX}/tasks", "body", "description"): DESCRIPTION,
     ("POST", f"{PREFIX}/tasks", "body", "labels"): LABELS,
@@ -340,7 +341,7 @@ _META: Final = {"board_id": STRING, "revision": {"type": "integer", "minimum": 0
 RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     ("GET", f"{PREFIX}/meta"): closed({**_META, "version": STRING}),
     ("GET", f"{PREFIX}/openapi.json"): {"type": "object", "required": ["openapi", "info", "paths"]},
-    ("POST", f"{PREFIX}/login-links"): closed({"url": STRING}),
+    ("POST", f"{PREFIX}/login-links"): closed({"url": STRING, "expires_in_seconds": {"type": "integer", "minimum": 1}}),
     ("POST", f"{PREFIX}/logout"): closed({"logged_out": {"type": "boolean"}}),
     ("POST", f"{PREFIX}/token/rotate"): closed({"rotated": {"const": True}, "token_file": STRING}),
     ("GET", f"{PREFIX}/board/status"): closed({

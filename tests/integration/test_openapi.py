@@ -19,6 +19,7 @@ from services.board.commands import projects as project_commands
 from services.board.commands import tasks as task_commands
 from services.board.commands.common import check_actor, check_reason, normalise_label, require_reason
 from services.board.openapi import describe
+from services.board.queries import tasks as task_queries
 from services.board.routes import ALL_ROUTES
 from shared import domain, limits
 from shared.errors import ERROR_STATUS, TaskloomError
@@ -267,6 +268,7 @@ TEXT_CHECKS: dict[tuple[str, str, str, str], Callable[[str], Any]] = {
     ("POST", f"{PREFIX}/projects", "body", "name"): project_commands._check_name,
     ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "name"): project_commands._check_name,
     ("POST", f"{PREFIX}/admin/backup", "body", "path"): backup.check_path_text,
+    ("GET", f"{PREFIX}/tasks", "query", "q"): task_queries.search_words,
 }
 #: Texts bounded by their pattern (whose own tests are above), and texts that only name something
 #: that must exist (a lookup answers 404 or an empty page, so no length can make them invalid).

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-from shared import domain
+from shared import domain, limits
 from shared.errors import not_found, validation
 
 from ..conditions import rules
@@ -77,6 +77,7 @@ def list_tasks(
     assignee: str | None = None,
     label: str | None = None,
     kind: str | None = None,
+    q: str | None = None,
     include_archived: bool = False,
     blocked: bool | None = None,
     ready: bool = False,
@@ -107,6 +108,10 @@ def list_tasks(
     if kind is not None:
         clauses.append("kind = ?")
         params.append(kind)
+    if q is not None:
+        clause, words = text_match(conn, search_words(q))
+        clauses.append(clause)
+        params.extend(words)
     if not include_archived:
         clauses.append("archived_at IS NULL")
     if blocked is not None:
@@ -165,3 +170,67 @@ def _ready_page(
         "items": items,
         "next_cursor": encode_cursor((str(kept[-1][0]), str(kept[-1][1]["_rowid"]))) if more else None,
     }
+
+
+# -- text search (``q=``) ---------------------------------------------------------------------------
+#
+# ``q`` is a filter, not a ranking: the page stays in creation order, so keyset paging holds. Each
+# white-space separated word must occur, as a case-insensitive substring, in the title, the
+# identifier or the description. Two paths answer that one question: a portable LIKE scan that any
+# SQL engine runs, and SQLite's FTS5 trigram index (migration 0007) that answers it without
+# reading every row. ``text_match`` is the one place that knows which engine it talks to.
+
+#: FTS5's trigram tokenizer indexes three characters at a time; a shorter word has no postings.
+TRIGRAM: Final = 3
+_LIKE_SPECIALS = str.maketrans({"\\": "\\\\", "%": "\\%", "_": "\\_"})
+
+
+def search_words(q: str) -> list[str]:
+    """The words of ``q``; blank, too long or too many words is a clear 400."""
+    if len(q) > limits.SEARCH_MAX_CHARS:
+        raise validation(f"q must be at most {limits.SEARCH_MAX_CHARS} characters", field="q", length=len(q))
+    words = list(dict.fromkeys(q.split()))  # repeated words ask nothing more
+    if not words:
+        raise validation("q must hold some text to search for", field="q")
+    if len(words) > limits.SEARCH_MAX_WORDS:
+        raise validation(f"q must have at most {limits.SEARCH_MAX_WORDS} words", field="q", words=len(words))
+    return words
+
+
+def text_match(conn: Connection, words: list[str]) -> tuple[str, list[str]]:
+    """The WHERE clause (and its parameters) that keeps tasks containing every word."""
+    if dialect_of(conn).name == "sqlite":
+        return sqlite_text_match(words)
+    return portable_text_match(words)
+
+
+def portable_text_match(words: list[str]) -> tuple[str, list[str]]:
+    """Standard SQL: each word a LIKE over the three fields (a scan; any engine runs it)."""
+    clauses: list[str] = []
+    params: list[str] = []
+    for word in words:
+        pattern = f"%{word.lower().translate(_LIKE_SPECIALS)}%"
+        clauses.append(
+            "(lower(title) LIKE ? ESCAPE '\\' OR lower(identifier) LIKE ? ESCAPE '\\'"
+            " OR lower(description) LIKE ? ESCAPE '\\')"
+        )
+        params.extend((pattern, pattern, pattern))
+    return " AND ".join(clauses), params
+
+
+def sqlite_text_match(words: list[str]) -> tuple[str, list[str]]:
+    """SQLite: the FTS5 trigram index for words of three characters or more, LIKE for the rest."""
+    indexed = [word for word in words if len(word) >= TRIGRAM]
+    short = [word for word in words if len(word) < TRIGRAM]
+    clauses: list[str] = []
+    params: list[str] = []
+    if indexed:
+        # Each word as an FTS5 string (double quotes doubled): the person's text, never query syntax.
+        phrase = " AND ".join('"' + word.replace('"', '""') + '"' for word in indexed)
+        clauses.append("rowid IN (SELECT rowid FROM tasks_search WHERE tasks_search MATCH ?)")
+        params.append(phrase)
+    if short:
+        clause, more = portable_text_match(short)
+        clauses.append(clause)
+        params.extend(more)
+    return " AND ".join(clauses), params
