@@ -38,6 +38,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "token": ("taskctl.admin_cmd:token", "Rotate the board token."),
     "open": ("taskctl.admin_cmd:open_board", "Open the board in a browser with a one-time login link."),
     "board": ("taskctl.admin_cmd:board", "The board's identity and where it runs."),
+    "mcp": ("taskctl.mcp_server:mcp_command", "Serve the agent tools over stdio (Model Context Protocol)."),
 }
 #: Commands other modules add to a lazily loaded group: group → [(module, attribute names)].
 EXTENSIONS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
