@@ -152,6 +152,27 @@ def show(ref: str) -> None:
     inv.out.result(inv.call("GET", _path(ref)), lambda t: task_fields(inv.out, t))
 
 
+@command(task, "history")
+@click.argument("ref", type=REF)
+def history(ref: str) -> None:
+    """A task's history, oldest first: the timeline its brief's History section shows.
+
+    With --json: {"task": {id, identifier, status, revision}, "items": [entry, …]}, each entry
+    {at, revision, actor: {kind, id}, event, text, changes, activity_ids, last_at} (docs/agents.md).
+    """
+    inv = current()
+
+    def human(data: dict[str, Any]) -> None:
+        if not data["items"]:
+            inv.out.note(f"no history for {data['task']['identifier']}")
+        for entry in data["items"]:
+            revision = f" · r{entry['revision']}" if entry.get("revision") is not None else ""
+            actor = entry["actor"]
+            inv.out.echo(f"{entry['at']}{revision} · {actor['id']} ({actor['kind']}) · {entry['text']}")
+
+    inv.out.result(inv.call("GET", _path(ref, "history")), human)
+
+
 @command(task, "update")
 @click.argument("ref", type=REF)
 @click.option("--title")

@@ -318,6 +318,17 @@ COMPONENTS: Final[dict[str, dict[str, Any]]] = {
     }),
 }
 COMPONENTS.update(_json_levels())
+#: One line of a card's History (queries/history.py ``timeline``): the stamp, the phrase, the raw row.
+COMPONENTS["HistoryEntry"] = closed({
+    "at": STRING,
+    "revision": OPTIONAL_INTEGER,
+    "actor": closed({"kind": STRING, "id": STRING}),
+    "event": STRING,
+    "text": STRING,
+    "changes": OBJECT,
+    "activity_ids": {"type": "array", "items": INTEGER, "minItems": 1},
+    "last_at": STRING,
+})
 COMPONENTS["ListedRelation"] = closed({
     **COMPONENTS["Relation"]["properties"],
     "direction": {"type": "string", "enum": ["outgoing", "incoming"]},
@@ -388,6 +399,13 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
             "id": STRING, "identifier": STRING, "status": {"type": "string", "enum": list(domain.STATUSES)},
             "revision": OPTIONAL_INTEGER,
         }),
+    }),
+    ("GET", f"{TASK}/history"): closed({
+        "task": closed({
+            "id": STRING, "identifier": STRING, "status": {"type": "string", "enum": list(domain.STATUSES)},
+            "revision": OPTIONAL_INTEGER,
+        }),
+        "items": {"type": "array", "items": ref("HistoryEntry")},
     }),
 }
 

@@ -11,6 +11,7 @@ from . import (
     comments,
     events,
     export,
+    history,
     labels,
     meta,
     projects,
@@ -35,4 +36,5 @@ ALL_ROUTES: list[Route] = [
     *activities.ROUTES,
     *export.ROUTES,
     *events.ROUTES,
+    *history.ROUTES,
 ]
