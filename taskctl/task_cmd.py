@@ -74,9 +74,11 @@ def project_for_create(inv: Invocation, given: str | None) -> str:
 @click.option("--acceptance-mode", type=click.Choice(domain.ACCEPTANCE_MODES), help="review (default) or none.")
 @click.option("--meta", metavar="JSON", help="A JSON object of free-form metadata.")
 @click.option("--idem", metavar="KEY", help="Idempotency key: a live task holding it is returned instead.")
+@click.option("--parent", type=REF, metavar="EPIC", help="Create it as a child of this epic (one transaction).")
 def create(title: str, project: str | None, description: str | None, description_file: str | None, kind: str | None,
            priority: str | None, status: str | None, labels: tuple[str, ...], assignee: str | None,
-           reporter: str | None, acceptance_mode: str | None, meta: str | None, idem: str | None) -> None:
+           reporter: str | None, acceptance_mode: str | None, meta: str | None, idem: str | None,
+           parent: str | None) -> None:
     """Create a task titled TITLE."""
     inv = current()
     description = text_or_file(description, description_file, "description", required=False)
@@ -97,6 +99,7 @@ def create(title: str, project: str | None, description: str | None, description
         "acceptance_mode": acceptance_mode,
         "meta": json_object(meta, "--meta"),
         "idem": idem,
+        "parent": parent,
     })
     reply = inv.http().request_raw("POST", "/api/v1/tasks", json=body)
     if reply.status >= 400:
