@@ -10,6 +10,7 @@ import orjson
 from shared.errors import not_found
 
 from .paging import decode_cursor, page
+from .refs import resolve_prefix
 
 TASK_FIELDS = (
     "id", "identifier", "project_id", "number", "title", "description", "kind", "priority", "status",
@@ -29,10 +30,12 @@ def task_to_dict(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def find_task(conn: sqlite3.Connection, ref: str) -> sqlite3.Row | None:
-    """A task by uuid or by identifier (``PREFIX-0001``, case-insensitive)."""
+    """A task by uuid, by identifier (``PREFIX-0001``, case-insensitive), or by a unique uuid prefix."""
     row: sqlite3.Row | None = conn.execute("SELECT * FROM tasks WHERE id = ?", (ref,)).fetchone()
     if row is None:
         row = conn.execute("SELECT * FROM tasks WHERE identifier = ?", (ref.upper(),)).fetchone()
+    if row is None and (task_id := resolve_prefix(conn, "task", ref)) is not None:
+        row = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
     return row
 
 
