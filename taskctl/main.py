@@ -149,6 +149,15 @@ def _wants_json(argv: list[str]) -> bool:
     return bool(LAST and LAST[0].json) or "--json" in argv
 
 
+def usage_error(error: click.UsageError) -> TaskctlError:
+    """A usage error as the ``--json`` envelope's error: code USAGE, click's message, where to read more."""
+    command = error.ctx.command_path if error.ctx is not None else "taskctl"
+    details = {"command": command}
+    if error.ctx is not None:
+        details["usage"] = error.ctx.get_usage()
+    return TaskctlError("USAGE", error.format_message(), details=details, hint=f"see {command} --help")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -159,7 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 1
-    except click.ClickException as error:  # usage errors: exit 2 with click's own message
+    except click.UsageError as error:  # exit 2; with --json a script reads why on stdout, as for any failure
+        if _wants_json(args):
+            Output(json=True).failure(usage_error(error))
+        else:
+            error.show()
+        return error.exit_code
+    except click.ClickException as error:  # click's own message and exit code
         error.show()
         return error.exit_code
     except KeyboardInterrupt:

@@ -283,14 +283,26 @@ def ask(ref: str, question: str | None, source: str | None, if_version: int | No
     inv.out.result(inv.call("POST", _path(ref, "ask"), body), lambda t: task_line(inv.out, "asked about", t))
 
 
+def reason_given(argument: str | None, option: str | None) -> str:
+    """The reason as the argument or as ``--reason``: one of them, not both."""
+    if argument is not None and option is not None:
+        raise click.UsageError("give the reason as the argument or with --reason, not both")
+    reason = argument if argument is not None else option
+    if reason is None:
+        raise click.UsageError(f"the reason is missing: give it as the argument or with --reason "
+                               f"(at least {domain.MIN_REASON_CHARS} characters)")
+    return reason
+
+
 @command(task, "reopen")
 @click.argument("ref", type=REF)
-@click.option("--reason", required=True, help="Why it reopens (at least 8 characters).")
+@click.argument("reason_text", metavar="[REASON]", required=False)
+@click.option("--reason", help="Why it reopens (at least 8 characters); or give it as the argument.")
 @IF_VERSION
-def reopen(ref: str, reason: str, if_version: int | None) -> None:
-    """Reopen a done or canceled task (back to todo, next delivery round)."""
+def reopen(ref: str, reason_text: str | None, reason: str | None, if_version: int | None) -> None:
+    """Reopen a done or canceled task (back to todo, next delivery round), saying why."""
     inv = current()
-    body = drop_none({"reason": reason, "if_version": if_version})
+    body = drop_none({"reason": reason_given(reason_text, reason), "if_version": if_version})
     inv.out.result(inv.call("POST", _path(ref, "reopen"), body), lambda t: task_line(inv.out, "reopened", t))
 
 
@@ -306,7 +318,8 @@ def archive(ref: str, if_version: int | None) -> None:
 
 @command(task, "deliver")
 @click.argument("ref", type=REF)
-@click.option("--report-file", metavar="FILE|-", help="The delivery report (markdown), or - for stdin.")
+@click.option("-f", "--report-file", "--file", "report_file", metavar="FILE|-",
+              help="The delivery report (markdown), or - for stdin (as `report write -f`).")
 @click.option("--report-id", help="Deliver with a report already written this round.")
 @IF_VERSION
 def deliver(ref: str, report_file: str | None, report_id: str | None, if_version: int | None) -> None:
@@ -328,12 +341,13 @@ def deliver(ref: str, report_file: str | None, report_id: str | None, if_version
 
 @command(task, "waive")
 @click.argument("ref", type=REF)
-@click.option("--reason", required=True, help="Why no report (at least 8 characters).")
+@click.argument("reason_text", metavar="[REASON]", required=False)
+@click.option("--reason", help="Why no report (at least 8 characters); or give it as the argument.")
 @IF_VERSION
-def waive(ref: str, reason: str, if_version: int | None) -> None:
+def waive(ref: str, reason_text: str | None, reason: str | None, if_version: int | None) -> None:
     """Move a task to in_review without a report; the reason is stamped on it."""
     inv = current()
-    body = drop_none({"reason": reason, "if_version": if_version})
+    body = drop_none({"reason": reason_given(reason_text, reason), "if_version": if_version})
     inv.out.result(inv.call("POST", _path(ref, "waive"), body), lambda t: task_line(inv.out, "waived report for", t))
 
 
