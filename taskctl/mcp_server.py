@@ -96,6 +96,10 @@ class Tool:
         }
 
 
+#: The key under which the server (never the model) hands the builders its own actor id.
+ACTOR_ID = "\0actor_id"
+
+
 def _task(ref: str, verb: str = "") -> str:
     return f"{API}/tasks/{urllib.parse.quote(ref, safe='')}" + (f"/{verb}" if verb else "")
 
@@ -110,14 +114,15 @@ IF_VERSION = Param("if_version", "integer", "Refuse with VERSION_CONFLICT unless
 TOOLS: tuple[Tool, ...] = (
     Tool(
         "ready",
-        "Tasks ready to claim now (GET /api/v1/tasks?ready=true): todo, not an epic, nothing open blocking them.",
+        "Tasks you can claim now, most urgent first (GET /api/v1/tasks?ready=true&for=<this server's actor>):"
+        " todo, not an epic, nothing open blocking them, unassigned or assigned to you.",
         (
             Param("project", "string", "Only this project's tasks."),
             Param("limit", "integer", f"At most this many (default {READY_DEFAULT_LIMIT}).", minimum=1,
                   maximum=limits.PAGE_LIMIT_MAX),
         ),
         lambda a: Request("GET", f"{API}/tasks", query={
-            "ready": True, "project": a.get("project"), "limit": a.get("limit", READY_DEFAULT_LIMIT),
+            "ready": True, "for": a[ACTOR_ID], "project": a.get("project"), "limit": a.get("limit", READY_DEFAULT_LIMIT),
         }),
     ),
     Tool(
@@ -256,7 +261,8 @@ class BoardCalls:
     def run(self, tool: Tool, arguments: Mapping[str, Any] | None) -> Any:
         """The board's answer to ``tool``; a refusal raises TaskctlError with the board's code and hint."""
         args = check_arguments(tool, arguments)
-        request = tool.build(args)
+        # After the check, so no argument the model sends can carry it: ``ready`` is this actor's queue.
+        request = tool.build({**args, ACTOR_ID: self.actor.id})
         with self._lock:
             http = self._client()
             try:

@@ -162,3 +162,40 @@ def test_a_missing_sdk_is_one_line(taskctl: Taskctl) -> None:
     assert done.stderr.splitlines() == [
         "error: MCP_SDK_MISSING: taskctl mcp needs the MCP Python SDK, which is not installed: pip install 'taskloom[mcp]'"
     ]
+
+
+async def test_ready_is_this_actors_claimable_queue(taskctl: Taskctl) -> None:
+    taskctl.ok("project", "create", "demo")
+    taskctl.ok("task", "create", "-p", "demo", "Open blocker")                                    # DEMO-0001
+    taskctl.ok("task", "create", "-p", "demo", "Blocked by 1")                                    # DEMO-0002
+    taskctl.ok("relation", "add", "DEMO-0001", "blocks", "DEMO-0002")
+    taskctl.ok("task", "create", "-p", "demo", "Someone else's", "--assignee", "codex:other")      # DEMO-0003
+    taskctl.ok("task", "create", "-p", "demo", "Mine, urgent", "--assignee", "claude:worker-1",
+               "--priority", "urgent")                                                             # DEMO-0004
+    taskctl.ok("task", "create", "-p", "demo", "An epic", "-k", "epic")                           # DEMO-0005
+    async with mcp_session(taskctl) as session:
+        ready = await session.call_tool("ready", {"project": "demo"})
+        assert not ready.is_error, text_of(ready)
+        assert ready.structured_content is not None
+        assert [t["identifier"] for t in ready.structured_content["items"]] == ["DEMO-0004", "DEMO-0001"]
+        limited = await session.call_tool("ready", {"project": "demo", "limit": 1})
+        assert limited.structured_content is not None
+        assert [t["identifier"] for t in limited.structured_content["items"]] == ["DEMO-0004"]
+        # The queue is the server's actor's: the model cannot ask for another's.
+        assert error_of(await session.call_tool("ready", {"for": "other"}))["code"] == "VALIDATION_FAILED"
+
+
+async def test_ask_then_a_human_answer_then_move_back(taskctl: Taskctl) -> None:
+    ref = setup_card(taskctl)
+    async with mcp_session(taskctl) as session:
+        assert not (await session.call_tool("claim", {"ref": ref})).is_error
+        asked = await session.call_tool("ask", {"ref": ref, "question": "bash only, or zsh too?"})
+        assert not asked.is_error and asked.structured_content is not None
+        assert asked.structured_content["status"] == "awaiting"
+        taskctl.ok("comment", "add", ref, "zsh too")  # a human answers from the shell
+        brief = text_of(await session.call_tool("show", {"ref": ref}))
+        assert "status: todo" in brief and "zsh too" in brief
+        assert not (await session.call_tool("claim", {"ref": ref})).is_error
+        released = await session.call_tool("move", {"ref": ref, "to": "todo", "reason": "handing it back"})
+        assert not released.is_error and released.structured_content is not None
+        assert released.structured_content["status"] == "todo" and released.structured_content["claimed_by"] is None
