@@ -13,7 +13,9 @@ from shared.errors import TaskloomError
 
 from . import api, auth, stream_registry, ui
 from .api import Route
+from .conditions.timer import ConditionsEngine
 from .keys import (
+    CONDITIONS,
     CREDENTIALS,
     DEFAULT_ACTOR,
     LOG_READER,
@@ -220,5 +222,15 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     app.on_response_prepare.append(renew_session)
     register(app, ALL_ROUTES)
     app[LOG_READER], app[STREAMS] = stream_registry.setup(app, settings=settings, store=app[STORE])
+    engine = app[CONDITIONS] = ConditionsEngine(app[STORE], claim_fresh_seconds=settings.claim_fresh_seconds)
+    engine.add_signal_listener(app[STREAMS].broadcast_signal)
+
+    async def conditions_lifecycle(app: web.Application) -> AsyncIterator[None]:
+        # After the store opened; stops before it closes (cleanup runs in reverse order).
+        await engine.start()
+        yield
+        await engine.stop()
+
+    app.cleanup_ctx.append(conditions_lifecycle)
     ui.setup(app)
     return app

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from shared import domain, limits
+from shared.conditions import CONDITION_SET
 from shared.events import EVENT_SET, WIRE_NOISE
 
 from .api import PREFIX
@@ -156,6 +157,7 @@ FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
     ("PATCH", TASK, "body", "meta"): FREE_FORM,
     ("POST", f"{TASK}/claim", "body", "reason"): OPTIONAL_REASON,
     ("POST", f"{TASK}/move", "body", "reason"): OPTIONAL_REASON,
+    ("POST", f"{TASK}/deliver", "body", "reason"): OPTIONAL_REASON,
     ("POST", f"{TASK}/reopen", "body", "reason"): REASON,
     ("POST", f"{TASK}/waive", "body", "reason"): REASON,
     ("POST", f"{TASK}/acceptance", "body", "reason"): REASON,
@@ -252,6 +254,8 @@ def _task_schema() -> dict[str, Any]:
         name: _TASK_TYPES.get(name, STRING if name in _TASK_REQUIRED_TEXT else OPTIONAL_STRING)
         for name in (*TASK_FIELDS, "labels", "meta")
     }
+    # Identifiers of the open blockers (services/board/conditions/rules.py), sorted.
+    properties["blocked_by"] = STRINGS
     return closed(properties)
 
 
@@ -392,6 +396,10 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     ("PUT", f"{PREFIX}/attachments/{{id}}"): ref("Attachment"),
     ("DELETE", f"{PREFIX}/attachments/{{id}}"): ref("Attachment"),
     ("GET", f"{PREFIX}/activities"): page(ref("Activity")),
+    ("GET", f"{PREFIX}/breaches"): page(closed({
+        "type": {"type": "string", "enum": sorted(CONDITION_SET)}, "project_id": STRING, "task_id": OPTIONAL_STRING,
+        "changes": OBJECT, "since": STRING,
+    })),
     ("GET", f"{TASK}/activities"): page(ref("Activity")),
     ("POST", f"{PREFIX}/export"): closed({
         "markdown": STRING,
@@ -425,7 +433,7 @@ COMPONENTS["StreamEvent"] = {
     "properties": {
         "id": {"type": "string", "pattern": f"^[0-9]+{END}"},
         # An activity frame has no event field, which SSE reads as the default type "message".
-        "event": {"type": "string", "enum": ["message", "shutdown"]},
+        "event": {"type": "string", "enum": ["message", "shutdown", "signal"]},
         "data": {"type": "string", "contentMediaType": "application/json"},
         "retry": {"type": "integer", "minimum": 0},
     },

@@ -339,6 +339,10 @@ class Tx:
     actor: Actor
     now: str
     appended: list[int] = field(default_factory=list)
+    #: (project_id, task_id) of every row appended: where the conditions look (docs/conditions.md).
+    scopes: list[tuple[str | None, str | None]] = field(default_factory=list)
+    #: What the command hook leaves for after COMMIT (signals, timer deadlines); opaque here.
+    effects: list[Any] = field(default_factory=list)
 
     def execute(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
@@ -387,16 +391,22 @@ class Tx:
             (task_id, project_id, who.kind, who.id, event, changes_json.decode(), revision, self.now),
         )
         self.appended.append(revision)
+        self.scopes.append((project_id, task_id))
         return revision
 
 
 CommitListener = Callable[[int], None]
+#: Runs inside each command's transaction once the command has returned, so conditions are judged
+#: on the state it leaves behind, and roll back with it (docs/conditions.md).
+CommandHook = Callable[[Tx], None]
+#: Told on the event loop, after COMMIT, what the committed commands left in ``Tx.effects``.
+EffectsListener = Callable[[list[Any]], None]
 
 
 class _Job:
     """One queued command and, once its batch has ended, its outcome."""
 
-    __slots__ = ("actor", "appended", "args", "error", "fn", "future", "kwargs", "loop", "result")
+    __slots__ = ("actor", "appended", "args", "effects", "error", "fn", "future", "kwargs", "loop", "result")
 
     def __init__(
         self,
@@ -416,10 +426,11 @@ class _Job:
         self.result: Any = None
         self.error: BaseException | None = None
         self.appended: list[int] = []
+        self.effects: list[Any] = []
 
     def lose(self, error: BaseException) -> None:
         """The transaction this command ran in was rolled back: whatever it did is gone."""
-        self.result, self.appended, self.error = None, [], error
+        self.result, self.appended, self.effects, self.error = None, [], [], error
 
 
 #: Tells the writer thread to finish the commands queued before it and stop.
@@ -442,6 +453,9 @@ class SqliteStore:
         self._readers = ThreadPoolExecutor(max_workers=READER_THREADS, thread_name_prefix="taskloom-reader")
         self._local = threading.local()
         self._listeners: list[CommitListener] = []
+        self._effects_listeners: list[EffectsListener] = []
+        #: Set by the board's conditions engine; None runs commands without conditions.
+        self.command_hook: CommandHook | None = None
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         #: Transactions the writer thread committed or tried, and the commands they carried (bench, tests).
@@ -471,6 +485,14 @@ class SqliteStore:
     def add_commit_listener(self, listener: CommitListener) -> None:
         """Called on the event loop after every commit that appended activity rows."""
         self._listeners.append(listener)
+
+    def add_effects_listener(self, listener: EffectsListener) -> None:
+        """Called on the event loop with the effects of the commands a batch committed."""
+        self._effects_listeners.append(listener)
+
+    def remove_effects_listener(self, listener: EffectsListener) -> None:
+        if listener in self._effects_listeners:
+            self._effects_listeners.remove(listener)
 
     def remove_commit_listener(self, listener: CommitListener) -> None:
         """Stop telling ``listener`` about commits (a reader leaving with its app)."""
@@ -506,6 +528,8 @@ class SqliteStore:
             # another process made this command wait.
             tx = Tx(conn, actor, self.clock())
             result = fn(tx, *args, **kwargs)
+            if self.command_hook is not None:
+                self.command_hook(tx)
             refuse_unencodable(result)
             conn.execute("COMMIT")
         except BaseException as exc:
@@ -612,6 +636,8 @@ class SqliteStore:
                 conn.execute("SAVEPOINT command")
             try:
                 job.result = job.fn(tx, *job.args, **job.kwargs)
+                if self.command_hook is not None:
+                    self.command_hook(tx)
                 refuse_unencodable(job.result)
             except Exception as exc:  # noqa: BLE001 - any refusal or bug is this command's alone
                 job.error = translate_error(exc)
@@ -631,6 +657,7 @@ class SqliteStore:
             if savepoints:
                 conn.execute("RELEASE command")
             job.appended = tx.appended
+            job.effects = tx.effects
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -665,6 +692,13 @@ class SqliteStore:
         """On the event loop, after COMMIT: listeners first, then the callers resume."""
         if revision:
             self._notify(revision)
+        effects = [effect for job in jobs if job.error is None for effect in job.effects]
+        if effects:
+            for effects_listener in tuple(self._effects_listeners):
+                try:
+                    effects_listener(effects)
+                except Exception:
+                    log.exception("effects_listener_failed", revision=revision)
         for job in jobs:
             if job.future.done():
                 continue  # cancelled: the caller went away; its command stands

@@ -17,6 +17,7 @@ from aiohttp import web
 from shared.errors import TaskloomError
 
 from .client_stream import DISCONNECTED, SERVER_STOPPING, Stream
+from .conditions.signals import Signal
 from .descriptors import fewer_free_than
 from .logreader import LogReader
 from .settings import BoardSettings
@@ -90,6 +91,14 @@ class StreamRegistry:
             timer = self._timers.pop(stream, None)
             if timer is not None:
                 timer.cancel()
+
+    def broadcast_signal(self, signal: Signal) -> None:
+        """A condition's id-less frame to every open stream that wants it, encoded once."""
+        if not self._streams:
+            return
+        wire = signal.wire()
+        for stream in self._streams:
+            stream.offer_signal(signal, wire)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

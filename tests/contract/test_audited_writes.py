@@ -37,6 +37,10 @@ EXEMPT_HELPERS: dict[tuple[str, str], str] = {
 STORE_WRITERS: dict[tuple[str, str], str] = {
     ("services/board/store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
     ("services/board/store.py", "Tx.record"): "the activity append itself",
+    ("services/board/conditions/marks.py", "put"):
+        "condition_marks rows are derived from state (docs/conditions.md); the conditions they mark travel as"
+        " signals, or as rows when a project persists them",
+    ("services/board/conditions/marks.py", "drop"): "the same derived marks, cleared",
 }
 
 

@@ -247,7 +247,7 @@ TEXT_CHECKS: dict[tuple[str, str, str, str], Callable[[str], Any]] = {
     ("PATCH", schemas.TASK, "body", "description"): lambda value: task_commands._check_fields(description=value),
     ("POST", f"{PREFIX}/tasks", "body", "idem"): lambda value: task_commands._check_fields(idem=value),
     **{
-        ("POST", f"{schemas.TASK}/{action}", "body", "reason"): check_reason for action in ("claim", "move")
+        ("POST", f"{schemas.TASK}/{action}", "body", "reason"): check_reason for action in ("claim", "move", "deliver")
     },
     **{
         key: lambda value: require_reason(value, "x")
@@ -271,7 +271,7 @@ TEXT_CHECKS: dict[tuple[str, str, str, str], Callable[[str], Any]] = {
 #: that must exist (a lookup answers 404 or an empty page, so no length can make them invalid).
 PATTERN_BOUNDED = {"title", "phase", "filename", "label", "id"}
 REPORT_BODIES = {("POST", f"{schemas.TASK}/{action}", "body", "body") for action in ("report", "deliver")}
-LOOKUPS = {"cursor", "project", "assignee", "actor", "kind", "task", "target", "ref", "report_id", "parent"}
+LOOKUPS = {"cursor", "project", "assignee", "actor", "kind", "task", "target", "ref", "report_id", "for", "parent"}
 
 
 def text_fields() -> dict[tuple[str, str, str, str], dict[str, Any]]:

@@ -113,6 +113,16 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "attachment_removed": events.attachment_removed(attachment_id="f1", filename="a.txt", content_type="text/plain",
                                                     size=4),
     "import_completed": events.import_completed(cards=3, tasks=2),
+    "wip_exceeded": events.wip_exceeded(status="in_progress", count=4, limit=3),
+    "wip_cleared": events.wip_cleared(status="in_progress", count=3, limit=3),
+    "lane_drained": events.lane_drained(status="todo", count=0),
+    "lane_refilled": events.lane_refilled(status="todo", count=1),
+    "card_blocked": events.card_blocked(blockers=["DEMO-0003"]),
+    "card_unblocked": events.card_unblocked(blockers=["DEMO-0003"]),
+    "transition_rejected": events.transition_rejected(from_="todo", to="in_progress", code="DEPENDENCY_OPEN"),
+    "status_timeout": events.status_timeout(status="in_review", since="2030-01-01T10:00:00.000Z", max_=86400),
+    "card_idle": events.card_idle(since="2030-01-01T10:00:00.000Z", threshold=3600),
+    "claim_stale": events.claim_stale(claimed_by="w1", heartbeat_at="2030-01-01T10:00:00.000Z", threshold=600),
 }
 
 

@@ -14,7 +14,7 @@ from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 
 from ..queries.comments import comment_to_dict
-from ..queries.tasks import task_to_dict
+from ..queries.tasks import task_resource
 from ..store import Tx
 from .common import check_text, load_task, new_id, refuse_archived, reload, set_status, written
 
@@ -115,4 +115,4 @@ def ask_question(tx: Tx, ref: str, *, body: str, if_version: int | None = None) 
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))

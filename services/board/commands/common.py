@@ -138,7 +138,8 @@ def set_status(tx: Tx, task: sqlite3.Row, to: str, **columns: Any) -> None:
     Leaving ``in_review`` for anything but ``done`` starts the next delivery round; entering a
     terminal status stamps ``terminal_at`` and ends any claim.
     """
-    values: dict[str, Any] = {"status": to, "version": task["version"] + 1, "updated_at": tx.now}
+    # status_since: when the card entered this status (status_timeout's clock, docs/conditions.md).
+    values: dict[str, Any] = {"status": to, "version": task["version"] + 1, "updated_at": tx.now, "status_since": tx.now}
     if task["status"] == "in_review" and to != "done":
         values["delivery_round"] = task["delivery_round"] + 1
         values["waiver_reason"] = None

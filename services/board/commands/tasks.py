@@ -12,8 +12,9 @@ from shared.errors import TaskloomError, validation
 from shared.json_bounds import check_free_form
 from shared.timestamps import parse_timestamp
 
+from ..conditions import rules
 from ..queries.projects import require_project
-from ..queries.tasks import task_to_dict
+from ..queries.tasks import task_resource, task_to_dict
 from ..store import Tx
 from . import relations, rollup
 from .common import (
@@ -38,6 +39,8 @@ UPDATABLE = (
     "assignee_kind", "assignee_id", "reporter_kind", "reporter_id", "meta",
 )
 _COLUMNS = {"labels": "labels_json", "meta": "meta_json"}
+#: Moves the dependency gate holds back while a blocker is open (SPEC §12).
+FINISHING = frozenset({"in_review", "done"})
 
 
 def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
@@ -142,7 +145,7 @@ def create_task(
             (idem, project),
         )
         if holder is not None:
-            return task_to_dict(holder), False
+            return task_resource(tx.conn, holder), False
 
     number = project_row["next_number"]
     identifier = f"{project_row['prefix']}-{number:04d}"
@@ -157,11 +160,11 @@ def create_task(
     tx.execute(
         "INSERT INTO tasks (id, project_id, number, identifier, title, description, kind, priority, status,"
         " labels_json, assignee_kind, assignee_id, reporter_kind, reporter_id, acceptance_mode, idem, meta_json,"
-        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " created_at, updated_at, status_since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             task_id, project, number, identifier, title, description, kind, priority, status, dumps(label_names),
             assignee_kind, assignee_id, reporter_kind, reporter_id, acceptance_mode, idem, dumps(meta),
-            tx.now, tx.now,
+            tx.now, tx.now, tx.now,
         ),
     )
     tx.record(
@@ -180,7 +183,7 @@ def create_task(
     )
     if parent is not None:
         relations.add_relation(tx, parent, type="parent", target=task_id)
-    return task_to_dict(reload(tx, task_id)), True
+    return task_resource(tx.conn, reload(tx, task_id)), True
 
 
 def _short(value: Any) -> bool:
@@ -213,7 +216,7 @@ def update_task(tx: Tx, ref: str, *, if_version: int | None = None, **patch: Any
 
     changed = [name for name in UPDATABLE if name in patch and patch[name] != current[name]]
     if not changed:
-        return current
+        return task_resource(tx.conn, task)
     dictionaries: dict[str, Any] = {}
     for who in ("assignee", "reporter"):
         if f"{who}_kind" in changed or f"{who}_id" in changed:
@@ -242,7 +245,7 @@ def update_task(tx: Tx, ref: str, *, if_version: int | None = None, **patch: Any
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))
 
 
 def _age_seconds(tx: Tx, stamp: str | None) -> float:
@@ -256,6 +259,7 @@ def claim_task(
     ref: str,
     *,
     steal: bool = False,
+    force: bool = False,
     reason: str | None = None,
     if_version: int | None = None,
     fresh_seconds: float = domain.CLAIM_FRESH_SECONDS,
@@ -269,6 +273,8 @@ def claim_task(
     if task["kind"] == "epic":
         raise TaskloomError("NOT_CLAIMABLE", f"{task['identifier']} is an epic; claim its children", details={"kind": "epic"})
     stole_from: str | None = None
+    # Checked before the claim rules: a blocked card is not work yet, whoever holds it (SPEC §12).
+    forced = rules.refuse_open_blockers(tx.conn, task, action="claiming", force=force, reason=reason)
     if task["status"] == "todo":
         assignee = task["assignee_id"]
         if assignee is not None and (task["assignee_kind"], assignee) != (me.kind, me.id):
@@ -286,7 +292,7 @@ def claim_task(
         age = _age_seconds(tx, task["heartbeat_at"])
         if holder == (me.kind, me.id):
             if age <= fresh_seconds:
-                return task_to_dict(task)  # a same-actor re-claim is not a new fact
+                return task_resource(tx.conn, task)  # a same-actor re-claim is not a new fact
         elif age <= stale_seconds:
             raise TaskloomError(
                 "EXECUTION_ACTIVE",
@@ -316,12 +322,15 @@ def claim_task(
     touch_actor(tx, me.kind, me.id)
     tx.record(
         events.TASK_CLAIMED,
-        events.task_claimed(from_=task["status"], to="in_progress", stole_from=stole_from, reason=reason if stole_from else None),
+        events.task_claimed(
+            from_=task["status"], to="in_progress", stole_from=stole_from,
+            reason=reason if stole_from or forced else None, forced=True if forced else None,
+        ),
         task_id=task["id"],
         project_id=task["project_id"],
     )
     rollup.auto_start_parents(tx, task, source="claim")
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))
 
 
 def heartbeat_task(tx: Tx, ref: str) -> dict[str, Any]:
@@ -336,7 +345,7 @@ def heartbeat_task(tx: Tx, ref: str) -> dict[str, Any]:
         )
     tx.execute("UPDATE tasks SET heartbeat_at = ? WHERE id = ?", (tx.now, task["id"]))
     tx.record(events.TASK_HEARTBEAT, events.task_heartbeat(heartbeat_at=tx.now), task_id=task["id"], project_id=task["project_id"])
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))
 
 
 def check_move(task: sqlite3.Row, to: str) -> None:
@@ -394,6 +403,7 @@ def move_task(
     ref: str,
     *,
     to: str,
+    force: bool = False,
     reason: str | None = None,
     if_version: int | None = None,
 ) -> dict[str, Any]:
@@ -401,8 +411,13 @@ def move_task(
     refuse_archived(task)
     check_reason(reason)
     if to == task["status"]:
-        return task_to_dict(task)
+        return task_resource(tx.conn, task)
     check_move(task, to)
+    # Finishing waits for the blockers too; leaving for todo, blocked or canceled never does.
+    forced = (
+        rules.refuse_open_blockers(tx.conn, task, action=f"moving to {to}", force=force, reason=reason)
+        if to in FINISHING else None
+    )
     if task["status"] == "todo" and to == "in_progress":
         raise TaskloomError(
             "INVALID_TRANSITION",
@@ -436,6 +451,8 @@ def move_task(
             delivery_round=moved["delivery_round"],
             awaiting_reason=reason if to == "awaiting" else None,
             blocked_reason=reason if to == "blocked" else None,
+            forced=True if forced else None,
+            reason=forced,
         ),
         task_id=task["id"],
         project_id=task["project_id"],
@@ -443,7 +460,7 @@ def move_task(
     if to in domain.TERMINAL:
         rollup.after_terminal(tx, moved)
     # Neither the activity row nor the epic rollup touches this task's row: ``moved`` is current.
-    return task_to_dict(moved)
+    return task_resource(tx.conn, moved)
 
 
 def reopen_task(tx: Tx, ref: str, *, reason: str, if_version: int | None = None) -> dict[str, Any]:
@@ -465,7 +482,7 @@ def reopen_task(tx: Tx, ref: str, *, reason: str, if_version: int | None = None)
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))
 
 
 def archive_task(tx: Tx, ref: str, *, quiet_seconds: float = 0.0, if_version: int | None = None) -> dict[str, Any]:
@@ -496,4 +513,4 @@ def archive_task(tx: Tx, ref: str, *, quiet_seconds: float = 0.0, if_version: in
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))

@@ -162,6 +162,8 @@ def _task_claimed(c: Row, ctx: _Context) -> str:
     text += f" ({_arrow(c)})"
     if c.get("stoleFrom"):
         text += f", taking it from {c['stoleFrom']}{_reason(c.get('reason'))}"
+    if c.get("forced"):
+        text += f", forced past open blockers{'' if c.get('stoleFrom') else _reason(c.get('reason'))}"
     return text
 
 
@@ -175,6 +177,8 @@ def _task_moved(c: Row, ctx: _Context) -> str:
         text += f", round {c['deliveryRound']} begins"
     reason = _reason(c.get("awaitingReason") or c.get("blockedReason"))
     text += reason
+    if c.get("forced"):
+        text += f", forced past open blockers{_reason(c.get('reason'))}"
     question_id = c.get("questionCommentId")
     if question_id and not ctx.follows_comment(question_id):
         question = ctx.comment_excerpt(question_id)
@@ -207,11 +211,14 @@ def _task_delivered(c: Row, ctx: _Context) -> str:
     text = f"delivered round {c.get('round', '?')} ({_arrow(c)})"
     if c.get("rollup"):
         text += f", epic rollup ({c.get('canceled', 0)} canceled children)"
+    if c.get("forced"):
+        text += f", forced past open blockers{_reason(c.get('reason'))}"
     return text
 
 
 def _report_waived(c: Row, ctx: _Context) -> str:
-    return f"waived the report for round {c.get('round', '?')} ({_arrow(c)}){_reason(c.get('reason'))}"
+    forced = ", forced past open blockers" if c.get("forced") else ""
+    return f"waived the report for round {c.get('round', '?')} ({_arrow(c)}){_reason(c.get('reason'))}{forced}"
 
 
 def _acceptance_changed(c: Row, ctx: _Context) -> str:
@@ -288,6 +295,47 @@ def _import_completed(c: Row, ctx: _Context) -> str:
     return "import completed" + (f" ({counters})" if counters else "")
 
 
+def _wip(verb: str) -> Callable[[Row, _Context], str]:
+    def render(c: Row, ctx: _Context) -> str:
+        return f"{c.get('status', '?')} {verb} its WIP limit ({c.get('count', '?')} / {c.get('limit', '?')})"
+
+    return render
+
+
+def _lane(verb: str) -> Callable[[Row, _Context], str]:
+    def render(c: Row, ctx: _Context) -> str:
+        return f"{c.get('status', '?')} {verb} ({c.get('count', '?')} cards)"
+
+    return render
+
+
+def _blockers(verb: str) -> Callable[[Row, _Context], str]:
+    def render(c: Row, ctx: _Context) -> str:
+        names = c.get("blockers")
+        return f"{verb} by {', '.join(map(str, names)) if names else 'nothing open'}"
+
+    return render
+
+
+def _transition_rejected(c: Row, ctx: _Context) -> str:
+    return f"refused {_arrow(c)} ({c.get('code', '?')})"
+
+
+def _status_timeout(c: Row, ctx: _Context) -> str:
+    return f"in {c.get('status', '?')} since {c.get('since', '?')}, past its {c.get('max', '?')} s"
+
+
+def _card_idle(c: Row, ctx: _Context) -> str:
+    return f"idle since {c.get('since', '?')} (threshold {c.get('threshold', '?')} s)"
+
+
+def _claim_stale(c: Row, ctx: _Context) -> str:
+    return (
+        f"claim by {c.get('claimed_by', '?')} went stale: last heartbeat {c.get('heartbeat_at', '?')}"
+        f" (threshold {c.get('threshold', '?')} s)"
+    )
+
+
 #: One phrase per declared event; tests/unit/test_brief.py holds this equal to ``shared.events.EVENTS``.
 PHRASES: Final[dict[str, Callable[[Row, _Context], str]]] = {
     "project_created": _project("created"),
@@ -318,6 +366,16 @@ PHRASES: Final[dict[str, Callable[[Row, _Context], str]]] = {
     "attachment_updated": _attachment("replaced attachment"),
     "attachment_removed": _attachment("removed attachment"),
     "import_completed": _import_completed,
+    "wip_exceeded": _wip("exceeded"),
+    "wip_cleared": _wip("is back within"),
+    "lane_drained": _lane("drained"),
+    "lane_refilled": _lane("refilled"),
+    "card_blocked": _blockers("blocked"),
+    "card_unblocked": _blockers("unblocked; was blocked"),
+    "transition_rejected": _transition_rejected,
+    "status_timeout": _status_timeout,
+    "card_idle": _card_idle,
+    "claim_stale": _claim_stale,
 }
 
 

@@ -7,9 +7,11 @@ from typing import Any
 
 import orjson
 
-from shared.errors import not_found
+from shared import domain
+from shared.errors import not_found, validation
 
-from .paging import decode_cursor, page
+from ..conditions import rules
+from .paging import decode_cursor, decode_key_cursor, encode_cursor, page
 from .refs import resolve_prefix
 
 TASK_FIELDS = (
@@ -17,7 +19,10 @@ TASK_FIELDS = (
     "assignee_kind", "assignee_id", "reporter_kind", "reporter_id", "claimed_by_kind", "claimed_by",
     "claimed_at", "heartbeat_at", "delivered_by", "delivery_round", "acceptance_mode", "waiver_reason",
     "awaiting_reason", "blocked_reason", "idem", "version", "revision", "archived_at", "created_at", "updated_at",
+    "status_since",
 )
+#: Priority ranks of the ready queue, urgent first (rules.PRIORITY_RANK_SQL in Python).
+_RANKS = tuple(reversed(domain.PRIORITIES))
 
 
 def task_to_dict(row: sqlite3.Row) -> dict[str, Any]:
@@ -26,6 +31,23 @@ def task_to_dict(row: sqlite3.Row) -> dict[str, Any]:
     task = {name: values[name] for name in TASK_FIELDS}
     task["labels"] = orjson.loads(values["labels_json"])
     task["meta"] = orjson.loads(values["meta_json"])
+    return task
+
+
+def blockers_of(conn: sqlite3.Connection, task_ids: list[str]) -> dict[str, list[str]]:
+    """Open blockers (identifiers, sorted) of each card, by the one rule (conditions/rules.py)."""
+    found: dict[str, list[str]] = {}
+    for task_id in task_ids:
+        blockers = rules.open_blockers(conn, task_id)
+        if blockers:
+            found[task_id] = blockers
+    return found
+
+
+def task_resource(conn: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any]:
+    """A task as the API answers it: its fields and its open blockers (``blocked_by``)."""
+    task = task_to_dict(row)
+    task["blocked_by"] = rules.open_blockers(conn, task["id"])
     return task
 
 
@@ -47,7 +69,7 @@ def require_task(conn: sqlite3.Connection, ref: str) -> sqlite3.Row:
 
 
 def get_task(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
-    return task_to_dict(require_task(conn, ref))
+    return task_resource(conn, require_task(conn, ref))
 
 
 def list_tasks(
@@ -59,12 +81,20 @@ def list_tasks(
     label: str | None = None,
     kind: str | None = None,
     include_archived: bool = False,
+    blocked: bool | None = None,
+    ready: bool = False,
+    for_actor: str | None = None,
+    now: str | None = None,
+    fresh_seconds: float = domain.CLAIM_FRESH_SECONDS,
     cursor: str | None = None,
     limit: int = 100,
 ) -> dict[str, Any]:
-    """Tasks in creation order (rowid), paged by an opaque keyset cursor."""
+    """Tasks in creation order (rowid), paged by an opaque keyset cursor; ``ready`` answers the
+    claimable queue instead, in priority order (conditions/rules.py)."""
     clauses: list[str] = []
     params: list[Any] = []
+    if for_actor is not None and not ready:
+        raise validation("for applies to the ready queue: add ready=true", field="for")
     if project is not None:
         clauses.append("project_id = ?")
         params.append(project)
@@ -82,6 +112,13 @@ def list_tasks(
         params.append(kind)
     if not include_archived:
         clauses.append("archived_at IS NULL")
+    if blocked is not None:
+        clauses.append(("" if blocked else "NOT ") + rules.blocked_clause())
+    if ready:
+        if now is None:
+            raise ValueError("the ready queue is judged at a moment: pass now")
+        rule, rule_params = rules.ready_clause(now=now, fresh_seconds=fresh_seconds, for_actor=for_actor)
+        return _ready_page(conn, [*clauses, rule], [*params, *rule_params], cursor=cursor, limit=limit)
     if cursor is not None:
         clauses.append("rowid > ?")
         params.append(decode_cursor(cursor))
@@ -89,4 +126,43 @@ def list_tasks(
     rows = conn.execute(
         f"SELECT rowid AS _rowid, * FROM tasks {where} ORDER BY rowid LIMIT ?", (*params, limit + 1)
     ).fetchall()
-    return page(rows, limit=limit, item=task_to_dict, key=lambda row: row["_rowid"])
+    return _with_blockers(conn, page(rows, limit=limit, item=task_to_dict, key=lambda row: row["_rowid"]))
+
+
+def _with_blockers(conn: sqlite3.Connection, answer: dict[str, Any]) -> dict[str, Any]:
+    found = blockers_of(conn, [item["id"] for item in answer["items"]])
+    for item in answer["items"]:
+        item["blocked_by"] = found.get(item["id"], [])
+    return answer
+
+
+def _ready_page(
+    conn: sqlite3.Connection, clauses: list[str], params: list[Any], *, cursor: str | None, limit: int
+) -> dict[str, Any]:
+    """The ready queue: one index walk per priority, urgent first, creation order within each,
+    stopping as soon as the page is full (no sort of every todo card)."""
+    start_rank, after = 0, 0
+    if cursor is not None:
+        rank_text, rowid_text = decode_key_cursor(cursor, 2)
+        if not (rank_text.isdigit() and rowid_text.isdigit()) or int(rank_text) >= len(_RANKS):
+            raise validation("malformed cursor", cursor=cursor)
+        start_rank, after = int(rank_text), int(rowid_text)
+    where = " AND ".join(clauses)
+    rows: list[tuple[int, sqlite3.Row]] = []
+    for rank in range(start_rank, len(_RANKS)):
+        wanted = limit + 1 - len(rows)
+        if wanted <= 0:
+            break
+        floor = after if rank == start_rank else 0
+        found = conn.execute(
+            f"SELECT rowid AS _rowid, * FROM tasks WHERE {where} AND priority = ? AND rowid > ? ORDER BY rowid LIMIT ?",
+            (*params, _RANKS[rank], floor, wanted),
+        ).fetchall()
+        rows.extend((rank, row) for row in found)
+    more = len(rows) > limit
+    kept = rows[:limit]
+    answer = {
+        "items": [task_to_dict(row) for _, row in kept],
+        "next_cursor": encode_cursor((str(kept[-1][0]), str(kept[-1][1]["_rowid"]))) if more else None,
+    }
+    return _with_blockers(conn, answer)

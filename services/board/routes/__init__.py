@@ -8,6 +8,7 @@ from . import (
     activities,
     admin,
     attachments,
+    breaches,
     comments,
     events,
     export,
@@ -37,4 +38,5 @@ ALL_ROUTES: list[Route] = [
     *export.ROUTES,
     *events.ROUTES,
     *history.ROUTES,
+    *breaches.ROUTES,
 ]

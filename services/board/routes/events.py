@@ -31,6 +31,7 @@ EVENTS_QUERY = {
     "project": F("str", description="only rows of this project"),
     "task": F("str", description="only rows of this task (uuid or identifier)"),
     "event": F("list", items="str", description="comma-separated event names to send"),
+    "signals": F("bool", description="0 leaves out the id-less `event: signal` condition frames (default 1)"),
 }
 
 
@@ -118,7 +119,7 @@ async def stream_events(call: Call) -> web.StreamResponse:
         store=call.store,
         reader=app[LOG_READER],
         position=position,
-        projection=Projection(project=project, task_id=task_id, events=events),
+        projection=Projection(project=project, task_id=task_id, events=events, signals=call.query.get("signals", True)),
         retry_ms=settings.retry_ms,
         ping_interval=settings.ping_interval,
     )
