@@ -170,3 +170,14 @@ def test_actors_list_works_as_actors_does(tc: Taskctl) -> None:
     assert tc.data("actors", "--kind", "codex")["items"] == listed
     human = tc.ok("actors", "list", "--kind", "codex").stdout
     assert "bot-7" in human
+
+
+def test_a_uuid_prefix_names_a_task_from_the_shell(tc: Taskctl) -> None:
+    project = new_project(tc)
+    made = tc.data("task", "create", "-p", project, "Find me by my id")
+    prefix = made["id"][:8]
+    assert tc.data("task", "show", prefix)["identifier"] == made["identifier"]
+    assert "claimed " + made["identifier"] in tc.ok("task", "claim", prefix, env=WORKER).stdout
+    assert tc.data("task", "history", prefix.upper())["task"]["id"] == made["id"]
+    short = tc.refused("NOT_FOUND", "task", "show", made["id"][:3])  # below the shortest prefix looked up
+    assert made["id"][:3] in short.stderr
