@@ -339,8 +339,8 @@ class Tx:
     actor: Actor
     now: str
     appended: list[int] = field(default_factory=list)
-    #: (project_id, task_id) of every row appended: where the conditions look (docs/conditions.md).
-    scopes: list[tuple[str | None, str | None]] = field(default_factory=list)
+    #: (project_id, task_id, event) of every row appended: where the conditions look (docs/conditions.md).
+    scopes: list[tuple[str | None, str | None, str]] = field(default_factory=list)
     #: What the command hook leaves for after COMMIT (signals, timer deadlines); opaque here.
     effects: list[Any] = field(default_factory=list)
 
@@ -391,7 +391,7 @@ class Tx:
             (task_id, project_id, who.kind, who.id, event, changes_json.decode(), revision, self.now),
         )
         self.appended.append(revision)
-        self.scopes.append((project_id, task_id))
+        self.scopes.append((project_id, task_id, event))
         return revision
 
 

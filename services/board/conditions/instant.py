@@ -39,44 +39,67 @@ def emit(tx: Tx, config: settings.ProjectConditions, type_: str, project_id: str
     return signal
 
 
-def evaluate(tx: Tx, *, claim_fresh_seconds: float) -> None:
+#: A project's condition settings, cached by the engine between commands: re-read whenever a
+#: command writes a project-wide row (its settings may have changed), else one read per project.
+ConfigCache = dict[str, settings.ProjectConditions]
+
+
+def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = None) -> None:
     """The command hook: judge the conditions where this command wrote."""
     if not tx.scopes:
         return
-    scopes, projects, task_ids = list(tx.scopes), set(), set()
-    for project_id, task_id in scopes:
+    scopes = list(tx.scopes)
+    projects: set[str] = set()
+    touched: set[str] = set()
+    active: set[str] = set()  # cards this command wrote a row for that is activity (not a condition)
+    wide: set[str] = set()
+    for project_id, task_id, event in scopes:
         if project_id is None:
             continue
         projects.add(project_id)
-        if task_id is not None:
-            task_ids.add(task_id)
-    configs: dict[str, settings.ProjectConditions] = {}
+        if task_id is None:
+            wide.add(project_id)
+        else:
+            touched.add(task_id)
+            if event not in conditions.CONDITION_SET:
+                active.add(task_id)
+    shared = cache if cache is not None else {}
+    for project_id in wide:
+        shared.pop(project_id, None)
+    local: ConfigCache = {}
 
     def config_of(project_id: str) -> settings.ProjectConditions:
-        if project_id not in configs:
-            configs[project_id] = project_config(tx.conn, project_id)
-        return configs[project_id]
+        config = local.get(project_id) or shared.get(project_id)
+        if config is None:
+            config = project_config(tx.conn, project_id)
+            # A project this command changed is judged on its new settings but not cached: the
+            # command may still roll back. The next command caches what committed.
+            (local if project_id in wide else shared)[project_id] = config
+        return config
 
-    wide = {project_id for project_id, task_id in scopes if project_id is not None and task_id is None}
     for project_id in sorted(projects):
-        columns(tx, project_id, config_of(project_id))
-    cards(tx, _with_dependents(tx, task_ids), config_of)
-    rearm = set(task_ids)
+        config = config_of(project_id)
+        if config.wip_limits or config.lanes or project_id in wide:
+            columns(tx, project_id, config)
+    dependents = _dependents(tx, touched) - touched
+    rearm: set[str] = set()
     for project_id in wide:  # a project's settings changed: every deadline of it may have moved
         rearm.update(row[0] for row in tx.conn.execute(
             f"SELECT id FROM tasks WHERE project_id = ? AND archived_at IS NULL"
             f" AND status NOT IN ({', '.join('?' for _ in _TERMINAL)})",
             (project_id, *_TERMINAL),
         ))
-    for task_id in sorted(rearm):
-        deadlines(tx, task_id, config_of, claim_fresh_seconds=claim_fresh_seconds)
-
-
-def _count(tx: Tx, project_id: str, status: str) -> int:
-    row = tx.conn.execute(
-        "SELECT count(*) FROM tasks WHERE project_id = ? AND status = ? AND archived_at IS NULL", (project_id, status)
-    ).fetchone()
-    return int(row[0])
+    for task_id in sorted(touched | dependents | rearm):
+        task = _card(tx.conn, task_id)
+        if task is None:
+            tx.effects.append(Deadlines(task_id, ()))
+            continue
+        held = marks.of_task(tx.conn, task_id)
+        if task_id in touched or task_id in dependents:
+            _blocked(tx, task, held.get(events.CARD_BLOCKED), config_of)
+        if task_id in touched or task_id in rearm:
+            _deadlines(tx, task, held, config_of(task["project_id"]), claim_fresh_seconds=claim_fresh_seconds,
+                       active_at=tx.now if task_id in active else None)
 
 
 def columns(tx: Tx, project_id: str, config: settings.ProjectConditions) -> None:
@@ -84,11 +107,16 @@ def columns(tx: Tx, project_id: str, config: settings.ProjectConditions) -> None
     held = marks.of_project(tx.conn, project_id, _COLUMN_TYPES)
     if not config.wip_limits and not config.lanes and not held:
         return
-    counts: dict[str, int] = {}
+    wanted = sorted(set(config.wip_limits) | config.lanes | {status for _, status in held})
+    counts = dict.fromkeys(wanted, 0)
+    for status, number in tx.conn.execute(
+        f"SELECT status, count(*) FROM tasks WHERE project_id = ? AND archived_at IS NULL"
+        f" AND status IN ({', '.join('?' for _ in wanted)}) GROUP BY status",
+        (project_id, *wanted),
+    ):
+        counts[status] = int(number)
 
     def count(status: str) -> int:
-        if status not in counts:
-            counts[status] = _count(tx, project_id, status)
         return counts[status]
 
     for status in sorted(set(config.wip_limits) | {s for t, s in held if t == events.WIP_EXCEEDED}):
@@ -119,7 +147,7 @@ def columns(tx: Tx, project_id: str, config: settings.ProjectConditions) -> None
             emit(tx, config, events.LANE_REFILLED, project_id, None, events.lane_refilled(status=status, count=count(status)))
 
 
-def _with_dependents(tx: Tx, task_ids: set[str]) -> set[str]:
+def _dependents(tx: Tx, task_ids: set[str]) -> set[str]:
     """The cards written to and the cards they block: a blocker's status decides theirs."""
     if not task_ids:
         return set()
@@ -140,32 +168,31 @@ def _card(conn: Any, task_id: str) -> sqlite3.Row | None:
 
 
 def cards(tx: Tx, task_ids: set[str], config_of: Any) -> None:
-    """``card_blocked`` / ``card_unblocked`` for each card, from its open blockers now.
-
-    The condition holds for a live (non-terminal, unarchived) card with an open blocker; a card
-    that becomes terminal while blocked (forced) stops holding it silently.
-    """
+    """``card_blocked`` / ``card_unblocked`` for each card, from its open blockers now."""
     for task_id in sorted(task_ids):
         task = _card(tx.conn, task_id)
-        if task is None:
-            continue
-        project_id = task["project_id"]
-        mark = marks.get(tx.conn, events.CARD_BLOCKED, project_id, task_id)
-        live = task["archived_at"] is None and task["status"] not in domain.TERMINAL
-        blockers = rules.open_blockers(tx.conn, task_id) if live else []
-        if blockers:
-            changes = events.card_blocked(blockers=blockers)
-            if mark is None:
-                emit(tx, config_of(project_id), events.CARD_BLOCKED, project_id, task_id, changes)
-            if mark is None or mark.changes != changes:
-                marks.put(tx.conn, Mark(events.CARD_BLOCKED, project_id, task_id, task_id, task_id, changes,
-                                        mark.since if mark else tx.now))
-        elif mark is not None:
-            marks.drop(tx.conn, events.CARD_BLOCKED, project_id, task_id)
-            if live:
-                former = mark.changes.get("blockers", [])
-                emit(tx, config_of(project_id), events.CARD_UNBLOCKED, project_id, task_id,
-                     events.card_unblocked(blockers=former))
+        if task is not None:
+            _blocked(tx, task, marks.get(tx.conn, events.CARD_BLOCKED, task["project_id"], task_id), config_of)
+
+
+def _blocked(tx: Tx, task: sqlite3.Row, mark: Mark | None, config_of: Any) -> None:
+    """The condition holds for a live (non-terminal, unarchived) card with an open blocker. A card
+    that becomes terminal or archived while blocked stops holding it, and says so like any other
+    clearing: a consumer folding the signals must end where ``/breaches`` is."""
+    task_id, project_id = task["id"], task["project_id"]
+    live = task["archived_at"] is None and task["status"] not in domain.TERMINAL
+    blockers = rules.open_blockers(tx.conn, task_id) if live else []
+    if blockers:
+        changes = events.card_blocked(blockers=blockers)
+        if mark is None:
+            emit(tx, config_of(project_id), events.CARD_BLOCKED, project_id, task_id, changes)
+        if mark is None or mark.changes != changes:
+            marks.put(tx.conn, Mark(events.CARD_BLOCKED, project_id, task_id, task_id, task_id, changes,
+                                    mark.since if mark else tx.now))
+    elif mark is not None:
+        marks.drop(tx.conn, events.CARD_BLOCKED, project_id, task_id)
+        emit(tx, config_of(project_id), events.CARD_UNBLOCKED, project_id, task_id,
+             events.card_unblocked(blockers=mark.changes.get("blockers", [])))
 
 
 def deadlines(tx: Tx, task_id: str, config_of: Any, *, claim_fresh_seconds: float) -> None:
@@ -174,8 +201,16 @@ def deadlines(tx: Tx, task_id: str, config_of: Any, *, claim_fresh_seconds: floa
     if task is None:
         tx.effects.append(Deadlines(task_id, ()))
         return
-    found = temporal.episodes(tx.conn, task, config_of(task["project_id"]), claim_fresh_seconds=claim_fresh_seconds)
-    held = {type_: mark for type_, mark in marks.of_task(tx.conn, task_id).items() if type_ in conditions.TEMPORAL}
+    _deadlines(tx, task, marks.of_task(tx.conn, task_id), config_of(task["project_id"]),
+               claim_fresh_seconds=claim_fresh_seconds)
+
+
+def _deadlines(
+    tx: Tx, task: sqlite3.Row, held_all: dict[str, Mark], config: settings.ProjectConditions, *,
+    claim_fresh_seconds: float, active_at: str | None = None,
+) -> None:
+    found = temporal.episodes(tx.conn, task, config, claim_fresh_seconds=claim_fresh_seconds, active_at=active_at)
+    held = {type_: mark for type_, mark in held_all.items() if type_ in conditions.TEMPORAL}
     current = {episode.type: episode for episode in found}
     for type_, mark in held.items():
         if type_ not in current or current[type_].key != mark.episode:
@@ -185,7 +220,7 @@ def deadlines(tx: Tx, task_id: str, config_of: Any, *, claim_fresh_seconds: floa
         for episode in found
         if not (episode.type in held and held[episode.type].episode == episode.key)
     )
-    tx.effects.append(Deadlines(task_id, armed))
+    tx.effects.append(Deadlines(task["id"], armed))
 
 
 def fire(tx: Tx, due: list[tuple[str, str, str]], *, claim_fresh_seconds: float, slack: float) -> list[Deadlines]:

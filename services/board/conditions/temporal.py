@@ -9,13 +9,13 @@ computed one way only.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime
 from typing import Any, Final
 
 from shared import conditions, domain, events
-from shared.timestamps import format_timestamp, parse_timestamp
 
 from .config import ProjectConditions
 
@@ -37,12 +37,11 @@ def _seconds(value: float) -> float | int:
     return int(value) if float(value).is_integer() else value
 
 
+@functools.lru_cache(maxsize=4096)
 def posix(stamp: str) -> float:
-    return parse_timestamp(stamp).timestamp()
-
-
-def stamp_after(stamp: str, seconds: float) -> str:
-    return format_timestamp(parse_timestamp(stamp) + timedelta(seconds=seconds))
+    """POSIX seconds of a stored timestamp; ``fromisoformat`` is C, ``strptime`` is not (the hook
+    reads several stamps per command)."""
+    return datetime.fromisoformat(stamp).timestamp()
 
 
 def last_activity(conn: Any, task_id: str) -> str | None:
@@ -54,8 +53,11 @@ def last_activity(conn: Any, task_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def episodes(conn: Any, task: sqlite3.Row, config: ProjectConditions, *, claim_fresh_seconds: float) -> list[Episode]:
-    """The temporal conditions that apply to ``task`` now, each with its deadline."""
+def episodes(
+    conn: Any, task: sqlite3.Row, config: ProjectConditions, *, claim_fresh_seconds: float, active_at: str | None = None
+) -> list[Episode]:
+    """The temporal conditions that apply to ``task`` now, each with its deadline. ``active_at``:
+    the card's last activity when the caller knows it (the command just wrote a row for it)."""
     if task["archived_at"] is not None or task["status"] in domain.TERMINAL:
         return []
     found: list[Episode] = []
@@ -68,7 +70,7 @@ def episodes(conn: Any, task: sqlite3.Row, config: ProjectConditions, *, claim_f
             events.status_timeout(status=status, since=since, max_=_seconds(limit)),
         ))
     if config.idle_after is not None:
-        since = last_activity(conn, task["id"]) or task["created_at"]
+        since = active_at or last_activity(conn, task["id"]) or task["created_at"]
         found.append(Episode(
             events.CARD_IDLE, since, posix(since) + config.idle_after,
             events.card_idle(since=since, threshold=_seconds(config.idle_after)),

@@ -49,6 +49,7 @@ class ConditionsEngine:
         self._running = False
         #: (deadline, fired at) of the last fires, POSIX seconds (bench and tests read it).
         self.fired: list[tuple[float, float]] = []
+        self._configs: instant.ConfigCache = {}
         store.command_hook = self._hook
         store.add_effects_listener(self._on_effects)
 
@@ -62,7 +63,7 @@ class ConditionsEngine:
         return sum(len(entries) for entries in self._armed.values())
 
     def _hook(self, tx: Tx) -> None:
-        instant.evaluate(tx, claim_fresh_seconds=self.claim_fresh_seconds)
+        instant.evaluate(tx, claim_fresh_seconds=self.claim_fresh_seconds, cache=self._configs)
 
     def _on_effects(self, effects: list[Any]) -> None:
         for effect in effects:

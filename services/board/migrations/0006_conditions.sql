@@ -26,5 +26,10 @@ CREATE TABLE condition_marks (
 CREATE INDEX condition_marks_by_task ON condition_marks (task_id);
 -- The ready queue (conditions/rules.py) walks todo cards one priority at a time in creation
 -- order, board-wide or in one project; the column conditions count one status of a project.
-CREATE INDEX tasks_ready_queue ON tasks (status, priority);
-CREATE INDEX tasks_ready_queue_by_project ON tasks (project_id, status, priority);
+-- archived_at sits before priority: "live cards of a status" is an equality prefix for both the
+-- queue (then priority, then rowid order) and the column count, which the index alone answers.
+CREATE INDEX tasks_ready_queue ON tasks (status, archived_at, priority);
+CREATE INDEX tasks_ready_queue_by_project ON tasks (project_id, status, archived_at, priority);
+-- The dependency rule's lookup, "open blockers of this card": type and target together, covering
+-- the source, so the planner walks only that card's relations (not every relation of the type).
+CREATE INDEX relations_by_type_target ON relations (type, target_id, source_id);
