@@ -244,6 +244,11 @@ def status(state_dir: Path | None) -> None:
     directory = _state_dir(state_dir)
     report = st.status(directory)
     data = {**report.as_dict(), "state_dir": str(directory)}
+    if report.running:
+        # Read now, not as last published: the pool file is the supervisor's and changes on its own.
+        from services.subscriber.turns import waiting_for
+
+        data["waiting_for"] = waiting_for(directory)
 
     def human(info: dict[str, Any]) -> None:
         record = info.get("record") or {}
@@ -266,6 +271,7 @@ def status(state_dir: Path | None) -> None:
                 ("revision", record.get("revision")),
                 ("last wake", record.get("last_wake_at")),
                 ("last turn", f"{last.get('outcome')}: {last.get('reason')}" if last else None),
+                ("waiting for", _waiting_text(info.get("waiting_for"))),
                 ("turns", f"ran {turns.get('ran', 0)}, refused {turns.get('refused', 0)}, skipped {turns.get('skipped', 0)}"),
                 ("problem", record.get("last_problem") if info["state"] in (st.RECONNECTING, st.UNAUTHORIZED) else None),
                 ("updated", record.get("updated_at")),
@@ -276,6 +282,13 @@ def status(state_dir: Path | None) -> None:
     inv.out.result(data, human)
     if not report.running:
         raise click.exceptions.Exit(EXIT_NOT_RUNNING)
+
+
+def _waiting_text(waiting: Any) -> str | None:
+    """The pool file turns wait for, and why (missing, empty, dead pids…), when there is none."""
+    if not isinstance(waiting, dict) or not waiting.get("file"):
+        return None
+    return f"{waiting['file']} (no live resident pool: {waiting.get('reason', '?')}; turns are skipped until it lists one)"
 
 
 # -- install / uninstall -------------------------------------------------------------------------

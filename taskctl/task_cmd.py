@@ -73,9 +73,11 @@ def project_for_create(inv: Invocation, given: str | None) -> str:
 @click.option("--acceptance-mode", type=click.Choice(domain.ACCEPTANCE_MODES), help="review (default) or none.")
 @click.option("--meta", metavar="JSON", help="A JSON object of free-form metadata.")
 @click.option("--idem", metavar="KEY", help="Idempotency key: a live task holding it is returned instead.")
+@click.option("--parent", type=REF, metavar="EPIC", help="Create it as a child of this epic (one transaction).")
 def create(title: str, project: str | None, description: str | None, description_file: str | None, kind: str | None,
            priority: str | None, status: str | None, labels: tuple[str, ...], assignee: str | None,
-           reporter: str | None, acceptance_mode: str | None, meta: str | None, idem: str | None) -> None:
+           reporter: str | None, acceptance_mode: str | None, meta: str | None, idem: str | None,
+           parent: str | None) -> None:
     """Create a task titled TITLE."""
     inv = current()
     description = text_or_file(description, description_file, "description", required=False)
@@ -96,6 +98,7 @@ def create(title: str, project: str | None, description: str | None, description
         "acceptance_mode": acceptance_mode,
         "meta": json_object(meta, "--meta"),
         "idem": idem,
+        "parent": parent,
     })
     reply = inv.http().request_raw("POST", "/api/v1/tasks", json=body)
     if reply.status >= 400:
@@ -149,6 +152,27 @@ def show(ref: str) -> None:
     """Show one task."""
     inv = current()
     inv.out.result(inv.call("GET", _path(ref)), lambda t: task_fields(inv.out, t))
+
+
+@command(task, "history")
+@click.argument("ref", type=REF)
+def history(ref: str) -> None:
+    """A task's history, oldest first: the timeline its brief's History section shows.
+
+    With --json: {"task": {id, identifier, status, revision}, "items": [entry, …]}, each entry
+    {at, revision, actor: {kind, id}, event, text, changes, activity_ids, last_at} (docs/agents.md).
+    """
+    inv = current()
+
+    def human(data: dict[str, Any]) -> None:
+        if not data["items"]:
+            inv.out.note(f"no history for {data['task']['identifier']}")
+        for entry in data["items"]:
+            revision = f" · r{entry['revision']}" if entry.get("revision") is not None else ""
+            actor = entry["actor"]
+            inv.out.echo(f"{entry['at']}{revision} · {actor['id']} ({actor['kind']}) · {entry['text']}")
+
+    inv.out.result(inv.call("GET", _path(ref, "history")), human)
 
 
 @command(task, "update")
@@ -258,14 +282,26 @@ def ask(ref: str, question: str | None, source: str | None, if_version: int | No
     inv.out.result(inv.call("POST", _path(ref, "ask"), body), lambda t: task_line(inv.out, "asked about", t))
 
 
+def reason_given(argument: str | None, option: str | None) -> str:
+    """The reason as the argument or as ``--reason``: one of them, not both."""
+    if argument is not None and option is not None:
+        raise click.UsageError("give the reason as the argument or with --reason, not both")
+    reason = argument if argument is not None else option
+    if reason is None:
+        raise click.UsageError(f"the reason is missing: give it as the argument or with --reason "
+                               f"(at least {domain.MIN_REASON_CHARS} characters)")
+    return reason
+
+
 @command(task, "reopen")
 @click.argument("ref", type=REF)
-@click.option("--reason", required=True, help="Why it reopens (at least 8 characters).")
+@click.argument("reason_text", metavar="[REASON]", required=False)
+@click.option("--reason", help="Why it reopens (at least 8 characters); or give it as the argument.")
 @IF_VERSION
-def reopen(ref: str, reason: str, if_version: int | None) -> None:
-    """Reopen a done or canceled task (back to todo, next delivery round)."""
+def reopen(ref: str, reason_text: str | None, reason: str | None, if_version: int | None) -> None:
+    """Reopen a done or canceled task (back to todo, next delivery round), saying why."""
     inv = current()
-    body = drop_none({"reason": reason, "if_version": if_version})
+    body = drop_none({"reason": reason_given(reason_text, reason), "if_version": if_version})
     inv.out.result(inv.call("POST", _path(ref, "reopen"), body), lambda t: task_line(inv.out, "reopened", t))
 
 
@@ -281,7 +317,8 @@ def archive(ref: str, if_version: int | None) -> None:
 
 @command(task, "deliver")
 @click.argument("ref", type=REF)
-@click.option("--report-file", metavar="FILE|-", help="The delivery report (markdown), or - for stdin.")
+@click.option("-f", "--report-file", "--file", "report_file", metavar="FILE|-",
+              help="The delivery report (markdown), or - for stdin (as `report write -f`).")
 @click.option("--report-id", help="Deliver with a report already written this round.")
 @IF_VERSION
 def deliver(ref: str, report_file: str | None, report_id: str | None, if_version: int | None) -> None:
@@ -303,12 +340,13 @@ def deliver(ref: str, report_file: str | None, report_id: str | None, if_version
 
 @command(task, "waive")
 @click.argument("ref", type=REF)
-@click.option("--reason", required=True, help="Why no report (at least 8 characters).")
+@click.argument("reason_text", metavar="[REASON]", required=False)
+@click.option("--reason", help="Why no report (at least 8 characters); or give it as the argument.")
 @IF_VERSION
-def waive(ref: str, reason: str, if_version: int | None) -> None:
+def waive(ref: str, reason_text: str | None, reason: str | None, if_version: int | None) -> None:
     """Move a task to in_review without a report; the reason is stamped on it."""
     inv = current()
-    body = drop_none({"reason": reason, "if_version": if_version})
+    body = drop_none({"reason": reason_given(reason_text, reason), "if_version": if_version})
     inv.out.result(inv.call("POST", _path(ref, "waive"), body), lambda t: task_line(inv.out, "waived report for", t))
 
 

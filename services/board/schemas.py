@@ -329,6 +329,17 @@ COMPONENTS: Final[dict[str, dict[str, Any]]] = {
     }),
 }
 COMPONENTS.update(_json_levels())
+#: One line of a card's History (queries/history.py ``timeline``): the stamp, the phrase, the raw row.
+COMPONENTS["HistoryEntry"] = closed({
+    "at": STRING,
+    "revision": OPTIONAL_INTEGER,
+    "actor": closed({"kind": STRING, "id": STRING}),
+    "event": STRING,
+    "text": STRING,
+    "changes": OBJECT,
+    "activity_ids": {"type": "array", "items": INTEGER, "minItems": 1},
+    "last_at": STRING,
+})
 COMPONENTS["ListedRelation"] = closed({
     **COMPONENTS["Relation"]["properties"],
     "direction": {"type": "string", "enum": ["outgoing", "incoming"]},
@@ -420,6 +431,14 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     }),
     ("GET", f"{PREFIX}/admin/settings"): closed({"event_retention_days": OPTIONAL_INTEGER}),
     ("PATCH", f"{PREFIX}/admin/settings"): closed({"event_retention_days": OPTIONAL_INTEGER}),
+    ("GET", f"{TASK}/history"): closed({
+        "task": closed({
+            "id": STRING, "identifier": STRING, "status": {"type": "string", "enum": list(domain.STATUSES)},
+            "revision": OPTIONAL_INTEGER,
+        }),
+        "items": {"type": "array", "items": ref("HistoryEntry")},
+        "archived_through": OPTIONAL_INTEGER,
+    }),
 }
 
 #: Bodies that are not JSON, by (METHOD, path): media type → schema.

@@ -44,7 +44,7 @@ from .settings import STATE_FLUSH as STATE_FLUSH
 from .settings import STOP_GRACE as STOP_GRACE
 from .settings import Timing
 from .state import RECONNECTING, STARTING, STOPPED, STREAMING, UNAUTHORIZED, Publisher, utc_now
-from .turns import RAN, REFUSED, TurnResult, TurnRunner
+from .turns import RAN, REFUSED, TurnResult, TurnRunner, waiting_for
 
 #: The pseudo event name a ``reset`` record puts in ``TASKLOOM_WAKE_EVENTS``: rescan everything.
 RESET_WAKE: Final = "reset"
@@ -135,9 +135,15 @@ class Subscriber:
 
     async def run(self) -> int:
         """Follow and drive turns until ``request_stop``; 0 on a clean stop, 1 if a part failed."""
+        waiting = waiting_for(self.turns.state_dir)
         self.publisher.set_state(STARTING, revision=self.cursor, started_at=utc_now(), pending=False,
-                                 turns=dict(self.counts), reconnects=0, last_wake_at=None, last_turn=None)
+                                 turns=dict(self.counts), reconnects=0, last_wake_at=None, last_turn=None,
+                                 waiting_for=waiting)
         log.info("subscriber_starting", agents=sorted(self.who.agents), director=self.who.director, after=self.cursor)
+        if waiting is not None:
+            # Said once at start, in words: otherwise the first sign is a skipped turn a minute later.
+            log.warning("waiting_for_resident_pool", file=waiting["file"], reason=waiting["reason"],
+                        hint="turns are skipped until the supervisor lists a live pid in this file")
         follower = asyncio.create_task(self._follow(), name="follow-hub")
         driver = asyncio.create_task(self._drive(), name="drive-turns")
         flusher = asyncio.create_task(self._flush_periodically(), name="flush-state")
@@ -367,6 +373,7 @@ class Subscriber:
         if not self.coalescer.pending:
             self._floor = None  # every queued wake has had its turn (or was skipped for want of a pool)
         self.publisher.update(
+            waiting_for=waiting_for(self.turns.state_dir),
             turns=dict(self.counts),
             turn_running=False,
             pending=self.coalescer.pending,

@@ -274,7 +274,7 @@ TEXT_CHECKS: dict[tuple[str, str, str, str], Callable[[str], Any]] = {
 #: that must exist (a lookup answers 404 or an empty page, so no length can make them invalid).
 PATTERN_BOUNDED = {"title", "phase", "filename", "label", "id"}
 REPORT_BODIES = {("POST", f"{schemas.TASK}/{action}", "body", "body") for action in ("report", "deliver")}
-LOOKUPS = {"cursor", "project", "assignee", "actor", "kind", "task", "target", "ref", "report_id", "for"}
+LOOKUPS = {"cursor", "project", "assignee", "actor", "kind", "task", "target", "ref", "report_id", "for", "parent"}
 
 
 def text_fields() -> dict[tuple[str, str, str, str], dict[str, Any]]:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.board import brief
+from services.board.queries import history as timeline_module
 from shared import events
 
 ME = "11111111-1111-1111-1111-111111111111"
@@ -126,7 +127,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
 
 
 def test_every_declared_event_has_a_phrase_and_a_sample() -> None:
-    assert set(brief.PHRASES) == set(events.EVENTS)
+    assert set(timeline_module.PHRASES) == set(events.EVENTS)
     assert set(SAMPLES) == set(events.EVENTS)
 
 
@@ -236,7 +237,7 @@ def test_long_text_is_one_clipped_line() -> None:
                  "actor_id": "ann", "round": 1, "created_at": "2030-01-01T10:00:00.000Z"}]
     (line,) = history([row("comment_added", events.comment_added(comment_id="c", kind="discuss"))], comments=comments)
     excerpt = json.loads(line.split(": ", 1)[1])
-    assert len(excerpt) == brief.EXCERPT_CHARS and excerpt.endswith("…") and "\n" not in excerpt
+    assert len(excerpt) == timeline_module.EXCERPT_CHARS and excerpt.endswith("…") and "\n" not in excerpt
 
 
 def test_a_row_without_revision_has_no_revision_tag() -> None:

@@ -198,6 +198,7 @@ def replace_attachment(
 ) -> tuple[dict[str, Any], str | None]:
     """New content (and optionally type or name); returns (attachment, digest no longer used here)."""
     row = require_attachment(tx.conn, attachment_id)
+    attachment_id = row["id"]  # a prefix names the full id from here on
     task = require_task(tx.conn, row["task_id"])
     refuse_archived(task)
     check_size(data)
@@ -222,6 +223,7 @@ def replace_attachment(
 
 def remove_attachment(tx: Tx, attachment_id: str) -> dict[str, Any]:
     row = require_attachment(tx.conn, attachment_id)
+    attachment_id = row["id"]  # a prefix names the full id from here on
     task = require_task(tx.conn, row["task_id"])
     refuse_archived(task)
     tx.execute("DELETE FROM attachments WHERE id = ?", (attachment_id,))

@@ -14,6 +14,7 @@ from shared import domain, events
 from shared.errors import TaskloomError, not_found, validation
 
 from ..dialect import Row
+from ..queries.refs import resolve_prefix
 from ..queries.relations import relation_to_dict
 from ..queries.tasks import require_task
 from ..store import Tx
@@ -145,8 +146,13 @@ def remove_relation(tx: Tx, ref: str, relation_id: str) -> dict[str, Any]:
     row = tx.one(
         "SELECT * FROM relations WHERE id = ? AND ? IN (source_id, target_id)", (relation_id, task["id"])
     )
+    if row is None and (full_id := resolve_prefix(
+        tx.conn, "relation", relation_id, scope="? IN (source_id, target_id)", scope_params=(task["id"],)
+    )) is not None:
+        row = tx.one("SELECT * FROM relations WHERE id = ?", (full_id,))
     if row is None:
         raise not_found("relation", relation_id)
+    relation_id = row["id"]  # a prefix names the full id from here on
     target_row = require_task(tx.conn, row["target_id"])
     tx.execute("DELETE FROM relations WHERE id = ?", (relation_id,))
     tx.record(

@@ -18,7 +18,7 @@ from ..dialect import Row
 from ..queries.projects import require_project
 from ..queries.tasks import task_resource, task_to_dict
 from ..store import Tx
-from . import rollup
+from . import relations, rollup
 from .common import (
     apply_labels,
     check_actor,
@@ -121,8 +121,13 @@ def create_task(
     acceptance_mode: str = "review",
     meta: dict[str, Any] | None = None,
     idem: str | None = None,
+    parent: str | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Create a task; returns (task, created). A live task holding the idem key is returned as is."""
+    """Create a task; returns (task, created). A live task holding the idem key is returned as is.
+
+    ``parent`` names an epic: the child's ``parent`` relation is added in the same transaction, so
+    a parent the rules refuse (not an epic, another project, too deep) leaves no orphan behind.
+    """
     project_row = require_project(tx.conn, project)
     title = _title(title)
     _choice(kind, domain.KINDS, "kind")
@@ -178,6 +183,8 @@ def create_task(
         task_id=task_id,
         project_id=project,
     )
+    if parent is not None:
+        relations.add_relation(tx, parent, type="parent", target=task_id)
     return task_resource(tx.conn, reload(tx, task_id)), True
 
 

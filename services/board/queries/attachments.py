@@ -8,6 +8,7 @@ from shared.errors import not_found
 
 from ..dialect import Connection, Row
 from .paging import whole
+from .refs import resolve_prefix
 from .tasks import require_task
 
 ATTACHMENT_FIELDS = ("id", "task_id", "filename", "content_type", "size", "sha256", "created_at", "updated_at")
@@ -19,6 +20,8 @@ def attachment_to_dict(row: Row) -> dict[str, Any]:
 
 def require_attachment(conn: Connection, attachment_id: str) -> Row:
     row: Row | None = conn.execute("SELECT * FROM attachments WHERE id = ?", (attachment_id,)).fetchone()
+    if row is None and (full_id := resolve_prefix(conn, "attachment", attachment_id)) is not None:
+        row = conn.execute("SELECT * FROM attachments WHERE id = ?", (full_id,)).fetchone()
     if row is None:
         raise not_found("attachment", attachment_id)
     return row

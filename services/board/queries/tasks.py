@@ -12,6 +12,7 @@ from shared.errors import not_found, validation
 from ..conditions import rules
 from ..dialect import Connection, Row, dialect_of
 from .paging import decode_cursor, decode_key_cursor, encode_cursor, page
+from .refs import resolve_prefix
 
 TASK_FIELDS = (
     "id", "identifier", "project_id", "number", "title", "description", "kind", "priority", "status",
@@ -51,10 +52,12 @@ def task_resource(conn: Connection, row: Row) -> dict[str, Any]:
 
 
 def find_task(conn: Connection, ref: str) -> Row | None:
-    """A task by uuid or by identifier (``PREFIX-0001``, case-insensitive)."""
+    """A task by uuid, by identifier (``PREFIX-0001``, case-insensitive), or by a unique uuid prefix."""
     row: Row | None = conn.execute("SELECT * FROM tasks WHERE id = ?", (ref,)).fetchone()
     if row is None:
         row = conn.execute("SELECT * FROM tasks WHERE identifier = ?", (ref.upper(),)).fetchone()
+    if row is None and (task_id := resolve_prefix(conn, "task", ref)) is not None:
+        row = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
     return row
 
 

@@ -12,6 +12,7 @@ from . import (
     comments,
     events,
     export,
+    history,
     labels,
     meta,
     projects,
@@ -38,5 +39,6 @@ ALL_ROUTES: list[Route] = [
     *export.ROUTES,
     *events.ROUTES,
     *state.ROUTES,
+    *history.ROUTES,
     *breaches.ROUTES,
 ]

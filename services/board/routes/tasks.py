@@ -31,6 +31,7 @@ CREATE_BODY = {
     "acceptance_mode": F("str", enum=domain.ACCEPTANCE_MODES),
     "meta": F("dict"),
     "idem": F("str", description="idempotency key; a live task holding it is returned instead"),
+    "parent": F("str", description="an epic (uuid or identifier): the new task is created as its child"),
 }
 PATCH_BODY = {
     **{name: CREATE_BODY[name] for name in tasks.UPDATABLE},
