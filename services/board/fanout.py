@@ -25,7 +25,7 @@ import orjson
 from shared.sse import encode_event
 
 from .logreader import Frame, LogReader, Page, unfiltered_wire
-from .store import SqliteStore
+from .store import WriterStore
 
 #: The fields of an activity frame before and after ``changes`` (SPEC §6.1, ``activities.to_frame``).
 _CHANGES: Final = b',"changes":'
@@ -51,7 +51,7 @@ def encode_recorded(
 
 
 class Handoff:
-    """Publishes committed batches for one log reader (``SqliteStore.attach_handoff``)."""
+    """Publishes committed batches for one log reader (``WriterStore.attach_handoff``)."""
 
     def __init__(self, reader: LogReader) -> None:
         self.reader = reader
@@ -65,11 +65,11 @@ class Handoff:
         #: hand-off reached the loop (harmless, the reader's page went out instead).
         self.overtaken = 0
 
-    def attach(self, store: SqliteStore) -> None:
+    def attach(self, store: WriterStore) -> None:
         store.attach_handoff(self)
 
     @staticmethod
-    def detach(store: SqliteStore) -> None:
+    def detach(store: WriterStore) -> None:
         store.attach_handoff(None)
 
     def wanted(self) -> bool:
