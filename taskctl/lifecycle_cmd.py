@@ -13,7 +13,6 @@ from __future__ import annotations
 import json as jsonlib
 import os
 import sys
-import tempfile
 import urllib.parse
 from pathlib import Path
 from typing import IO, Any
@@ -48,17 +47,11 @@ def state(out: str) -> None:
         counts = _download(inv, sys.stdout.buffer)
         inv.out.note(f"exported {sum(counts.values())} rows")
         return
+    from services.hub.files import atomic_writer
+
     target = Path(out).absolute()
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            counts = _download(inv, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    with atomic_writer(target) as handle:
+        counts = _download(inv, handle)
     inv.out.result({"path": str(target), "counts": counts},
                    lambda r: inv.out.echo(f"exported {_summary(r['counts'])} to {r['path']}"))
 

@@ -16,7 +16,6 @@ the restored board writes past it; with a new ``board_id`` every follower resets
 
 from __future__ import annotations
 
-import os
 import secrets
 import sqlite3
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 from shared import limits
 from shared.errors import TaskloomError, validation
 
-from .files import fsync_directory
+from .files import fsync_file, move_atomic
 from .store import SQLITE_MAGIC, migrate, utc_now, verify_triggers
 
 
@@ -63,14 +62,6 @@ def check_target(path_text: str) -> Path:
     return path
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def backup(database: Path, target: Path) -> BackupResult:
     """Copy ``database`` to ``target`` (checked by :func:`check_target`) while writers go on."""
     started = time.monotonic()
@@ -94,9 +85,8 @@ def backup(database: Path, target: Path) -> BackupResult:
                 copy.close()
         finally:
             source.close()
-        _fsync_file(temp)
-        os.replace(temp, target)
-        fsync_directory(target.parent)
+        fsync_file(temp)
+        move_atomic(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
@@ -173,10 +163,9 @@ def restore(source: Path, data_dir: Path) -> RestoreResult:
             conn.close()
         for suffix in ("-wal", "-shm"):
             Path(f"{incoming}{suffix}").unlink(missing_ok=True)
-        _fsync_file(incoming)
+        fsync_file(incoming)
         replaced = _set_aside(database)
-        os.replace(incoming, database)
-        fsync_directory(data_dir)
+        move_atomic(incoming, database)
     except BaseException:
         for leftover in (incoming, Path(f"{incoming}-wal"), Path(f"{incoming}-shm")):
             leftover.unlink(missing_ok=True)
@@ -201,5 +190,5 @@ def _set_aside(database: Path) -> Path | None:
         Path(f"{database}{suffix}").unlink(missing_ok=True)
     stamp = utc_now().replace(":", "").replace(".", "")
     kept = database.with_name(f"board.sqlite.replaced-{stamp}")
-    os.replace(database, kept)
+    move_atomic(database, kept)
     return kept

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import os
-import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,7 +33,7 @@ from aiohttp import web
 from shared.errors import TaskloomError, validation
 from shared.timestamps import format_timestamp
 
-from .files import fsync_directory
+from .files import atomic_writer
 from .queries import activities
 from .store import SqliteStore, Tx
 
@@ -119,25 +117,15 @@ def write_archive(conn: Any, data_dir: Path, chosen: Plan) -> Path:
     target = archive_path(data_dir, chosen.previous_floor + 1, chosen.through)
     target.parent.mkdir(mode=0o700, exist_ok=True)
     _remove_uncommitted(target.parent, chosen.previous_floor + 1)
-    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(temp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed:
-            cursor = conn.execute(
-                f"SELECT {activities.ACTIVITY_COLUMNS} FROM task_activities WHERE revision > ? AND revision <= ?"
-                " ORDER BY revision",
-                (chosen.previous_floor, chosen.through),
-            )
-            while rows := cursor.fetchmany(1000):
-                for row in rows:
-                    packed.write(orjson.dumps(activities.to_frame(row), option=orjson.OPT_APPEND_NEWLINE))
-            packed.close()
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(temp, target)
-        fsync_directory(target.parent)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    with atomic_writer(target) as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed:
+        cursor = conn.execute(
+            f"SELECT {activities.ACTIVITY_COLUMNS} FROM task_activities WHERE revision > ? AND revision <= ?"
+            " ORDER BY revision",
+            (chosen.previous_floor, chosen.through),
+        )
+        while rows := cursor.fetchmany(1000):
+            for row in rows:
+                packed.write(orjson.dumps(activities.to_frame(row), option=orjson.OPT_APPEND_NEWLINE))
     return target
 
 

@@ -7,11 +7,13 @@ runs one suite against every copy and fails when their code drifts apart.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 #: Whatever the process creates is owner-only: no group or other bits (docs/security.md).
 PRIVATE_UMASK: Final = 0o077
@@ -111,3 +113,32 @@ def move_atomic(source: Path, target: Path) -> None:
     """Rename ``source`` over ``target`` in one step (same file system), then fsync the directory."""
     os.replace(source, target)
     fsync_directory(Path(target).parent)
+
+
+def fsync_file(path: Path) -> None:
+    """Make a file's bytes durable (one another library wrote, SQLite's copy for one)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path, *, mode: int = PRIVATE_FILE) -> Iterator[BinaryIO]:
+    """``write_atomic`` for bytes written piece by piece (a stream, a gzip file): the target
+    appears, whole and fsynced, only when the block ends without an exception."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
