@@ -71,7 +71,7 @@ export const FEED = {
   attachment_added: { admit: true, family: "attachment" },
   attachment_updated: { admit: false, why: "a content replace, not a new file" },
   attachment_removed: { admit: true, family: "attachment" },
-  import_completed: { admit: false, why: "historical importer row" },
+  import_completed: { admit: false, why: "a state import filled the board; the lists reload, each card is not news" },
 };
 
 // task_updated fields a person cares about, and the folding family each belongs to. Writers
