@@ -30,7 +30,8 @@ from typing import Any
 import aiohttp
 
 from services.board.commands import comments, projects, tasks
-from services.board.store import Actor, SqliteStore, Tx
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor, Tx
 
 COMMAND = ".venv/bin/python -m bench lifecycle"
 TASKS = int(os.environ.get("TASKLOOM_BENCH_STATE_TASKS", "50000"))

@@ -76,6 +76,9 @@ CONTENT_TYPE_MAX_CHARS: Final = 255
 WORKSPACE_PATH_MAX_CHARS: Final = 4096
 #: Labels one ``label gc`` run archives; the next run takes the rest.
 MAX_LABEL_GC_BATCH: Final = 256
+#: A text search (``GET /tasks?q=``): its length and its words, each word a clause of the query.
+SEARCH_MAX_CHARS: Final = 200
+SEARCH_MAX_WORDS: Final = 8
 #: Text an activity row carries verbatim (task_updated before/after, acceptance item text);
 #: longer text names the field (or the item's id) only.
 CHANGES_TEXT_MAX_CHARS: Final = 200

@@ -47,9 +47,9 @@ def state(out: str) -> None:
         counts = _download(inv, sys.stdout.buffer)
         inv.out.note(f"exported {sum(counts.values())} rows")
         return
-    from services.hub.files import atomic_writer
-
     target = Path(out).absolute()
+    from services.hub.files import atomic_writer  # the owner-only atomic writer taskctl's exports use
+
     with atomic_writer(target) as handle:
         counts = _download(inv, handle)
     inv.out.result({"path": str(target), "counts": counts},

@@ -26,7 +26,8 @@ from shared import limits
 from shared.errors import TaskloomError, validation
 
 from .files import fsync_file, move_atomic
-from .store import SQLITE_MAGIC, migrate, utc_now, verify_triggers
+from .sqlite_store import SQLITE_MAGIC, migrate, verify_triggers
+from .store import utc_now
 
 
 @dataclass(frozen=True)

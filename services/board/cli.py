@@ -20,6 +20,7 @@ from shared.paths import BOARD_POINTER, runtime_dir
 from shared.paths import data_dir as default_data_dir
 
 from .app import create_app
+from .auth import LOGIN_CODE_TTL
 from .connections import BoardRunner, ConnectionLimits, listen_backlog
 from .descriptors import raise_nofile_limit, reserve_within
 from .files import NotOwned, ensure_private_dir, restrict_umask, tighten
@@ -28,7 +29,8 @@ from .lock import LOCK_FILE, DataDirBusy, DataDirLock
 from .pointer import remove_pointer_if_mine, write_pointer
 from .process import ShutdownSignals, configure_logging, exit_forced
 from .settings import SERVE_KNOBS, BoardSettings
-from .store import SchemaDamaged, SchemaTooNew, migrate, verify_triggers
+from .sqlite_store import SchemaDamaged, migrate, verify_triggers
+from .store import SchemaTooNew, StoreUnreachable
 
 #: What the board keeps in its data directory, made owner-only at every start (docs/security.md).
 DATA_FILES = (
@@ -127,7 +129,8 @@ def announce_login(app: web.Application, url: str) -> None:
     outlive the link's use and may be read by others; ``taskctl open`` mints a fresh one anyway."""
     if sys.stderr.isatty():
         code = app[CREDENTIALS].new_login_code()
-        click.echo(f"Open the board: {url}/login?code={code}", err=True)
+        minutes = int(LOGIN_CODE_TTL // 60)
+        click.echo(f"Open the board (this link works once, for {minutes} minutes): {url}/login?code={code}", err=True)
     else:
         click.echo("Open the board with `taskctl open` (it asks for a one-time login link).", err=True)
 
@@ -160,6 +163,11 @@ def prepare_data_dir(directory: Path, runtime: Path) -> DataDirLock:
 
 def check_schema(settings: BoardSettings, *, repair: bool) -> None:
     """Migrate, then make sure every trigger the migrations define is there (or recreate them)."""
+    if settings.database:
+        from . import postgres_store  # psycopg is loaded only by a board that uses it
+
+        postgres_store.migrate(settings.database)
+        return
     migrate(settings.database_path)
     repaired = verify_triggers(settings.database_path, repair=repair)
     if repaired:
@@ -197,6 +205,9 @@ def serve_command(*, data_dir: Path | None, repair_schema: bool, **params: Any) 
         asyncio.run(serve(settings, lock=lock, startup=startup))
     except (SchemaTooNew, SchemaDamaged, DataDirBusy, NotOwned) as exc:
         raise click.ClickException(str(exc)) from exc
+    except StoreUnreachable as exc:
+        # The PostgreSQL server named by --database cannot be reached: one line, host and port, exit 1.
+        raise click.ClickException(str(exc)) from None
     except (OSError, sqlite3.Error) as exc:
         if startup.done:
             raise

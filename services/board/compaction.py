@@ -35,7 +35,7 @@ from shared.timestamps import format_timestamp
 
 from .files import atomic_writer
 from .queries import activities
-from .store import SqliteStore, Tx
+from .store import Tx, WriterStore
 
 log = structlog.get_logger("taskd.compaction")
 
@@ -154,7 +154,7 @@ def raise_floor(tx: Tx, chosen: Plan) -> int:
 
 
 async def compact(
-    store: SqliteStore,
+    store: WriterStore,
     data_dir: Path,
     *,
     through: int | None = None,
@@ -198,7 +198,7 @@ def setup(app: web.Application, *, store_key: Any, settings_key: Any) -> None:
     app.cleanup_ctx.append(daily)
 
 
-async def _every(store: SqliteStore, settings: Any) -> None:
+async def _every(store: WriterStore, settings: Any) -> None:
     """At start (a board restarted daily must still compact), then once per interval."""
     while True:
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from shared import domain, limits
+from shared.conditions import CONDITION_SET
 from shared.events import EVENT_SET, WIRE_NOISE
 
 from .api import PREFIX
@@ -138,6 +139,7 @@ FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
     ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "settings"): FREE_FORM,
     ("PUT", f"{PREFIX}/projects/{{id}}/readme", "body", "readme"): README,
     ("GET", f"{PREFIX}/tasks", "query", "label"): {"pattern": LABEL_PATTERN},
+    ("GET", f"{PREFIX}/tasks", "query", "q"): {"pattern": NON_BLANK, "maxLength": limits.SEARCH_MAX_CHARS},
     ("POST", f"{PREFIX}/tasks", "body", "title"): TITLE,
     ("POST", f"{PREFIX}/tasks", "body", "description"): DESCRIPTION,
     ("POST", f"{PREFIX}/tasks", "body", "labels"): LABELS,
@@ -157,6 +159,7 @@ FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
     ("PATCH", TASK, "body", "meta"): FREE_FORM,
     ("POST", f"{TASK}/claim", "body", "reason"): OPTIONAL_REASON,
     ("POST", f"{TASK}/move", "body", "reason"): OPTIONAL_REASON,
+    ("POST", f"{TASK}/deliver", "body", "reason"): OPTIONAL_REASON,
     ("POST", f"{TASK}/reopen", "body", "reason"): REASON,
     ("POST", f"{TASK}/waive", "body", "reason"): REASON,
     ("POST", f"{TASK}/acceptance", "body", "reason"): REASON,
@@ -258,6 +261,8 @@ def _task_schema() -> dict[str, Any]:
         name: _TASK_TYPES.get(name, STRING if name in _TASK_REQUIRED_TEXT else OPTIONAL_STRING)
         for name in (*TASK_FIELDS, "labels", "meta")
     }
+    # Identifiers of the open blockers (services/board/conditions/rules.py), sorted.
+    properties["blocked_by"] = STRINGS
     return closed(properties)
 
 
@@ -324,6 +329,17 @@ COMPONENTS: Final[dict[str, dict[str, Any]]] = {
     }),
 }
 COMPONENTS.update(_json_levels())
+#: One line of a card's History (queries/history.py ``timeline``): the stamp, the phrase, the raw row.
+COMPONENTS["HistoryEntry"] = closed({
+    "at": STRING,
+    "revision": OPTIONAL_INTEGER,
+    "actor": closed({"kind": STRING, "id": STRING}),
+    "event": STRING,
+    "text": STRING,
+    "changes": OBJECT,
+    "activity_ids": {"type": "array", "items": INTEGER, "minItems": 1},
+    "last_at": STRING,
+})
 COMPONENTS["ListedRelation"] = closed({
     **COMPONENTS["Relation"]["properties"],
     "direction": {"type": "string", "enum": ["outgoing", "incoming"]},
@@ -336,7 +352,7 @@ _META: Final = {"board_id": STRING, "revision": {"type": "integer", "minimum": 0
 RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     ("GET", f"{PREFIX}/meta"): closed({**_META, "version": STRING}),
     ("GET", f"{PREFIX}/openapi.json"): {"type": "object", "required": ["openapi", "info", "paths"]},
-    ("POST", f"{PREFIX}/login-links"): closed({"url": STRING}),
+    ("POST", f"{PREFIX}/login-links"): closed({"url": STRING, "expires_in_seconds": {"type": "integer", "minimum": 1}}),
     ("POST", f"{PREFIX}/logout"): closed({"logged_out": {"type": "boolean"}}),
     ("POST", f"{PREFIX}/token/rotate"): closed({"rotated": {"const": True}, "token_file": STRING}),
     ("GET", f"{PREFIX}/board/status"): closed({
@@ -389,6 +405,10 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     ("PUT", f"{PREFIX}/attachments/{{id}}"): ref("Attachment"),
     ("DELETE", f"{PREFIX}/attachments/{{id}}"): ref("Attachment"),
     ("GET", f"{PREFIX}/activities"): page(ref("Activity")),
+    ("GET", f"{PREFIX}/breaches"): page(closed({
+        "type": {"type": "string", "enum": sorted(CONDITION_SET)}, "project_id": STRING, "task_id": OPTIONAL_STRING,
+        "changes": OBJECT, "since": STRING,
+    })),
     ("GET", f"{TASK}/activities"): page(ref("Activity")),
     ("POST", f"{PREFIX}/export"): closed({
         "markdown": STRING,
@@ -411,6 +431,14 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     }),
     ("GET", f"{PREFIX}/admin/settings"): closed({"event_retention_days": OPTIONAL_INTEGER}),
     ("PATCH", f"{PREFIX}/admin/settings"): closed({"event_retention_days": OPTIONAL_INTEGER}),
+    ("GET", f"{TASK}/history"): closed({
+        "task": closed({
+            "id": STRING, "identifier": STRING, "status": {"type": "string", "enum": list(domain.STATUSES)},
+            "revision": OPTIONAL_INTEGER,
+        }),
+        "items": {"type": "array", "items": ref("HistoryEntry")},
+        "archived_through": OPTIONAL_INTEGER,
+    }),
 }
 
 #: Bodies that are not JSON, by (METHOD, path): media type → schema.
@@ -431,7 +459,7 @@ COMPONENTS["StreamEvent"] = {
     "properties": {
         "id": {"type": "string", "pattern": f"^[0-9]+{END}"},
         # An activity frame has no event field, which SSE reads as the default type "message".
-        "event": {"type": "string", "enum": ["message", "shutdown"]},
+        "event": {"type": "string", "enum": ["message", "shutdown", "signal"]},
         "data": {"type": "string", "contentMediaType": "application/json"},
         "retry": {"type": "integer", "minimum": 0},
     },

@@ -135,6 +135,12 @@ class BoardSettings:
         help="Seconds between retention compactions (only when event_retention_days is set).",
     )
 
+    database: str | None = knob(
+        None, env="TASKLOOM_DATABASE_URL", metavar="URL",
+        help="postgresql://… URL: serve that PostgreSQL database (several boards may serve one) instead of "
+             "board.sqlite in the data directory.",
+    )
+
     @property
     def database_path(self) -> Path:
         return self.data_dir / "board.sqlite"

@@ -22,6 +22,21 @@ PAGE_HEADERS = {
 }
 
 
+#: What a browser sees for a used or expired login link: what happened and how to get a new one.
+LOGIN_REFUSED_PAGE = STATIC_DIR / "login-expired.html"
+
+
+def login_refused(*, challenge: str) -> web.Response:
+    """401 with a page a person can read (a browser shows this, not the API's JSON error)."""
+    return web.Response(
+        status=401,
+        body=LOGIN_REFUSED_PAGE.read_bytes(),
+        content_type="text/html",
+        charset="utf-8",
+        headers={**PAGE_HEADERS, "WWW-Authenticate": challenge},
+    )
+
+
 async def index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC_DIR / "index.html", headers=PAGE_HEADERS)
 

@@ -7,11 +7,11 @@ runs one suite against every copy and fails when their code drifts apart.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -87,36 +87,8 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
-    """Replace ``path`` with ``data``: a unique temp file beside it, fsync, rename, fsync the directory.
-
-    A reader sees the old bytes or the new ones, never half a file; a failure leaves no temp file
-    behind, and a crash at most one (``.<name>.*.tmp``), never a torn target.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    fsync_directory(path.parent)
-
-
-def move_atomic(source: Path, target: Path) -> None:
-    """Rename ``source`` over ``target`` in one step (same file system), then fsync the directory."""
-    os.replace(source, target)
-    fsync_directory(Path(target).parent)
-
-
 def fsync_file(path: Path) -> None:
-    """Make a file's bytes durable (one another library wrote, SQLite's copy for one)."""
+    """Flush a file another writer (SQLite's backup, say) has finished to the disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -124,10 +96,14 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-@contextlib.contextmanager
+@contextmanager
 def atomic_writer(path: Path, *, mode: int = PRIVATE_FILE) -> Iterator[BinaryIO]:
-    """``write_atomic`` for bytes written piece by piece (a stream, a gzip file): the target
-    appears, whole and fsynced, only when the block ends without an exception."""
+    """Write ``path`` through a handle: a unique temp file beside it, fsync, rename, fsync the directory.
+
+    For output produced piece by piece (an export, an archive); a reader sees the old bytes or
+    the new ones, never half a file. An exception inside the block leaves the target untouched
+    and no temp file behind; a crash at most one (``.<name>.*.tmp``), never a torn target.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -142,3 +118,15 @@ def atomic_writer(path: Path, *, mode: int = PRIVATE_FILE) -> Iterator[BinaryIO]
         Path(temp).unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
+    """Replace ``path`` with ``data`` atomically (:func:`atomic_writer`)."""
+    with atomic_writer(path, mode=mode) as handle:
+        handle.write(data)
+
+
+def move_atomic(source: Path, target: Path) -> None:
+    """Rename ``source`` over ``target`` in one step (same file system), then fsync the directory."""
+    os.replace(source, target)
+    fsync_directory(Path(target).parent)

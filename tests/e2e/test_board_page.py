@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from services.board.commands import tasks as task_commands
-from services.board.store import Actor, SqliteStore
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor
 from tests.e2e.support_browser import Api, launch_browser
 from tests.support.board import TaskdProcess
 
@@ -129,7 +130,7 @@ def test_other_clients_changes_appear_live(page: Any, board: Board) -> None:
     marker.wait_for()
     assert "Should it cover the hub too?" in marker.inner_text()
 
-    card(page, task["identifier"]).locator("button").click()
+    card(page, task["identifier"]).locator(".card-button").click()
     page.click("#tab-comments")
     page.wait_for_selector("#panel-comments .comment-question")
     assert page.inner_text("#panel-comments h3") == "ANSWER THE QUESTION" or "Answer" in page.inner_text("#panel-comments h3")
@@ -248,7 +249,7 @@ def test_human_actions_from_the_page(page: Any, board: Board) -> None:
     assert (rows[0]["actor_kind"], rows[0]["actor_id"]) == ("human", "carol")
 
     # Keyboard: the focused card opens with Enter, Escape closes and gives focus back.
-    created.locator("button").focus()
+    created.locator(".card-button").focus()
     page.keyboard.press("Enter")
     page.wait_for_selector("#drawer:not([hidden])")
     page.keyboard.press("Escape")
@@ -263,7 +264,7 @@ def test_human_actions_from_the_page(page: Any, board: Board) -> None:
     assert template  # the route exists; the body above follows its rules
     worker.post("/tasks/DEMO-0001/deliver", {"body": report})
     card(page, "DEMO-0001", "in_review").wait_for()
-    created.locator("button").click()
+    created.locator(".card-button").click()
     page.fill(".approve-form textarea", "Reads well.")
     page.click(".approve-form button[type=submit]")
     card(page, "DEMO-0001", "done").wait_for()
@@ -327,7 +328,7 @@ def test_unread_count_and_narrow_window(page: Any, board: Board) -> None:
 
     page.set_viewport_size({"width": 400, "height": 760})
     page.click("#feed-close")
-    card(page, task["identifier"]).locator("button").click()
+    card(page, task["identifier"]).locator(".card-button").click()
     drawer = page.locator("#drawer").bounding_box()
     assert drawer is not None and drawer["width"] <= 400
     page.screenshot(path=str(ARTIFACTS / "narrow-drawer.png"))
@@ -347,13 +348,13 @@ def test_refusals_show_their_code_and_write_nothing(page: Any, board: Board) -> 
     page.press("#actor", "Enter")
 
     # Arrow keys walk the board; Right skips the empty done column.
-    card(page, task["identifier"]).locator("button").focus()
+    card(page, task["identifier"]).locator(".card-button").focus()
     page.keyboard.press("ArrowRight")
     assert page.evaluate("document.activeElement.closest('.card').dataset.identifier") == closed["identifier"]
     page.keyboard.press("ArrowLeft")
     assert page.evaluate("document.activeElement.closest('.card').dataset.identifier") == task["identifier"]
 
-    card(page, task["identifier"]).locator("button").click()
+    card(page, task["identifier"]).locator(".card-button").click()
     before = board.activity_count()
     page.click(".approve-form button[type=submit]")
     page.wait_for_function("() => document.querySelector('.approve-form .form-error').textContent.startsWith('APPROVAL_REQUIRED')")
@@ -365,7 +366,7 @@ def test_refusals_show_their_code_and_write_nothing(page: Any, board: Board) -> 
     assert board.api.get(f"/tasks/{task['id']}")["status"] == "in_review"
 
     page.keyboard.press("Escape")
-    card(page, closed["identifier"]).locator("button").click()
+    card(page, closed["identifier"]).locator(".card-button").click()
     page.fill(".reopen-form [name=reason]", "short")
     page.click(".reopen-form button[type=submit]")
     page.wait_for_function("() => document.querySelector('.reopen-form .form-error').textContent.startsWith('VALIDATION_FAILED')")

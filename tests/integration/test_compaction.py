@@ -20,7 +20,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from services.board.store import Actor, SqliteStore, Tx
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor, Tx
 from shared import events
 from shared.timestamps import format_timestamp
 from tests.support.board import API, BoardClient, RunningBoard, TaskdProcess, make_task, raw_connection, start_board

@@ -156,8 +156,8 @@ def sample(knob: Knob) -> tuple[str, Any]:
         number = max(float(knob.type.min or 0), float(knob.default or 0)) + 0.5
         return str(number), number
     if isinstance(knob.type, click.Choice):
-        other = next(choice for choice in knob.type.choices if choice != knob.default)
-        return str(other), other
+        other = next(str(choice) for choice in knob.type.choices if choice != knob.default)
+        return other, other
     return "elsewhere", "elsewhere"
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from typing import Any
 
+from ..dialect import Connection, placeholders
 from .activities import ACTIVITY_COLUMNS, to_frame
 from .activities import floor as log_floor
 from .tasks import require_task, task_to_dict
@@ -13,11 +12,11 @@ from .tasks import require_task, task_to_dict
 RELATION_EVENTS = ("relation_added", "relation_removed")
 
 
-def _rows(conn: sqlite3.Connection, sql: str, task_id: str) -> list[dict[str, Any]]:
+def _rows(conn: Connection, sql: str, task_id: str) -> list[dict[str, Any]]:
     return [dict(row) for row in conn.execute(sql, (task_id,))]
 
 
-def card_snapshot(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
+def card_snapshot(conn: Connection, ref: str) -> dict[str, Any]:
     """Everything the brief of one card shows, in display order (creation order, rowid breaking ties)."""
     task = task_to_dict(require_task(conn, ref))
     task_id = task["id"]
@@ -45,8 +44,8 @@ def card_snapshot(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
     identifiers = {
         row["id"]: row["identifier"]
         for row in conn.execute(
-            "SELECT id, identifier FROM tasks WHERE id IN (SELECT value FROM json_each(?))",
-            (json.dumps(sorted(mentioned)),),
+            f"SELECT id, identifier FROM tasks WHERE id IN ({placeholders(sorted(mentioned))})",
+            sorted(mentioned),
         )
     }
     return {

@@ -8,9 +8,11 @@ from . import (
     activities,
     admin,
     attachments,
+    breaches,
     comments,
     events,
     export,
+    history,
     labels,
     meta,
     projects,
@@ -37,4 +39,6 @@ ALL_ROUTES: list[Route] = [
     *export.ROUTES,
     *events.ROUTES,
     *state.ROUTES,
+    *history.ROUTES,
+    *breaches.ROUTES,
 ]

@@ -10,6 +10,7 @@ The answer never carries the token: clients read the file, exactly as they found
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from typing import Any
@@ -23,6 +24,7 @@ from ..api import PREFIX, Call, F, Route
 from ..client_stream import TOKEN_ROTATED
 from ..keys import CREDENTIALS, STREAMS
 from ..queries import activities
+from ..store import SharedSecrets
 
 log = structlog.get_logger("taskd")
 #: When this process started serving, for the status answer's uptime.
@@ -33,8 +35,14 @@ async def rotate_token(call: Call) -> Any:
     actor = call.actor  # an anonymous rotation is refused like any other write
     path = call.settings.token_path
     token = auth.new_token()
+    loop = asyncio.get_running_loop()
+    if isinstance(call.store, SharedSecrets):
+        # The database's copy is the token every board process on it accepts; its NOTIFY makes
+        # the others reload it (app.share_credentials).
+        await loop.run_in_executor(None, functools.partial(
+            call.store.write_secret, auth.TOKEN_SECRET, token, notify_token=True))
     # fsync off the loop: a slow disk must not stall every open stream.
-    await asyncio.get_running_loop().run_in_executor(None, auth.write_token, path, token)
+    await loop.run_in_executor(None, auth.write_token, path, token)
     call.request.app[CREDENTIALS].replace_token(token)
     # Every open stream was authenticated with the old token (or a session it signed): without
     # this, a holder of the old token would keep reading the board until its stream ended.

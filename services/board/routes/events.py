@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Final
 
 from aiohttp import hdrs, web
@@ -13,6 +12,7 @@ from shared.events import EVENT_SET, WIRE_NOISE
 from ..api import PREFIX, Call, F, Route
 from ..client_stream import HEADERS as STREAM_HEADERS
 from ..client_stream import Projection, Stream
+from ..dialect import Connection
 from ..keys import LOG_READER, STREAMS
 from ..queries import activities
 from ..queries.projects import require_project
@@ -31,6 +31,7 @@ EVENTS_QUERY = {
     "project": F("str", description="only rows of this project"),
     "task": F("str", description="only rows of this task (uuid or identifier)"),
     "event": F("list", items="str", description="comma-separated event names to send"),
+    "signals": F("bool", description="0 leaves out the id-less `event: signal` condition frames (default 1)"),
 }
 
 
@@ -56,7 +57,7 @@ def event_filter(names: list[str] | None) -> frozenset[str] | None:
 
 
 def open_cursor(
-    conn: sqlite3.Connection, after: int | None, project: str | None, task: str | None
+    conn: Connection, after: int | None, project: str | None, task: str | None
 ) -> tuple[int, str | None]:
     """The start position and the filtered task's id, read in one snapshot (SPEC §6.2)."""
     task_id = require_task(conn, task)["id"] if task is not None else None
@@ -111,7 +112,7 @@ async def stream_events(call: Call) -> web.StreamResponse:
         store=call.store,
         reader=app[LOG_READER],
         position=position,
-        projection=Projection(project=project, task_id=task_id, events=events),
+        projection=Projection(project=project, task_id=task_id, events=events, signals=call.query.get("signals", True)),
         retry_ms=settings.retry_ms,
         ping_interval=settings.ping_interval,
     )

@@ -7,6 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from ..api import PREFIX, Call, Route, json_response
+from ..auth import LOGIN_CODE_TTL
 from ..client_stream import SESSION_ENDED
 from ..keys import CREDENTIALS, SESSION, STREAMS
 from ..openapi import describe
@@ -38,7 +39,7 @@ async def openapi(call: Call) -> Any:
 async def login_link(call: Call) -> Any:
     code = call.request.app[CREDENTIALS].new_login_code()
     base = f"{call.request.scheme}://{call.request.host}"
-    return {"url": f"{base}/login?code={code}"}
+    return {"url": f"{base}/login?code={code}", "expires_in_seconds": int(LOGIN_CODE_TTL)}
 
 
 async def logout(call: Call) -> web.StreamResponse:

@@ -3,21 +3,31 @@
 import { Api, ApiError, q } from "./api.js";
 import { BoardState } from "./board-state.js";
 import { BoardView } from "./board-view.js";
+import { BoardWork } from "./board-work.js";
+import { ConditionState, signalOfRow } from "./conditions.js";
 import { $, formValues, h } from "./dom.js";
 import { Drawer } from "./drawer.js";
+import { childrenOf } from "./epics.js";
 import { BACKFILL_LIMIT, FeedLedger, seenKey } from "./feed.js";
 import { FeedView } from "./feed-view.js";
+import { EMPTY_FILTER, filterSearch, isActive, matches, parseFilter, summary, textQuery } from "./filter.js";
 import { LiveStream } from "./live.js";
 import { Refresher } from "./router.js";
+import { SHORTCUTS, shortcutAction } from "./shortcuts.js";
 
 const PROJECT_KEY = "taskloom:project";
 const FEED_OPEN_KEY = "taskloom:feedOpen";
+const FOLDED_KEY = "taskloom:folded";
+/** Below this width the feed starts closed, so all eight columns fit beside each other. */
+const WIDE_WINDOW = 1600;
+const TEXT_FILTER_DEBOUNCE_MS = 200;
 const LOGGED_OUT_PAGE = "/static/logged-out.html";
 const STATE_LABELS = { connecting: "Connecting…", live: "Live", reconnecting: "Reconnecting…", closed: "Disconnected", idle: "Starting…" };
 
 const api = new Api();
 const state = new BoardState();
 const ledger = new FeedLedger();
+const conditions = new ConditionState();
 const identifiers = new Map(); // task id -> identifier learned from task_created rows
 let boardId = null;
 let feedFrame = 0;
@@ -52,13 +62,22 @@ function nameOf(taskId) {
 
 // -- views --------------------------------------------------------------------------------------
 
-const view = new BoardView($("#board"), { onOpen: (taskId) => drawer.open(taskId) });
+const view = new BoardView($("#board"), { onOpen: (taskId) => drawer.open(taskId), conditions });
 const drawer = new Drawer($("#drawer"), {
   api,
   state,
   toast,
   onTask: (task) => applyTask(task.id, task),
   onClose: (taskId) => view.focusCard(taskId),
+});
+const epics = new Map(); // epic id -> ids of its children (its outgoing parent relations)
+const work = new BoardWork(view, {
+  api,
+  state,
+  epics,
+  toast,
+  dialog: $("#drop-dialog"),
+  applyTask: (task) => applyTask(task.id, task),
 });
 const feedView = new FeedView($("#feed"), { onOpenTask: (taskId) => openFromFeed(taskId) });
 
@@ -70,8 +89,10 @@ function openFromFeed(taskId) {
 function applyTask(taskId, task) {
   if (task && task.identifier) identifiers.set(task.id, task.identifier);
   const before = state.tasks.get(taskId);
+  conditions.taskRead(task);
   const outcome = state.applyTask(taskId, task);
   view.update(state, taskId, task, outcome);
+  afterTask(taskId, before, task);
   if (drawer.isOpenOn(taskId)) {
     if (outcome === "removed" || task === null) {
       drawer.close();
@@ -125,8 +146,9 @@ function setFeedOpen(open) {
 async function loadProjects() {
   const { items } = await api.get("/projects");
   state.setProjects(items);
-  const wanted = state.projectId || recall(PROJECT_KEY);
+  const wanted = state.projectId || urlProject || recall(PROJECT_KEY);
   state.projectId = items.some((p) => p.id === wanted) ? wanted : items.length ? items[0].id : null;
+  conditions.setProject(items.find((p) => p.id === state.projectId) || null);
   renderProjects();
 }
 
@@ -136,6 +158,135 @@ async function loadTasks({ replace = true } = {}) {
   const items = await api.all(`/tasks?project=${q(projectId)}&archived=true`);
   for (const task of items) identifiers.set(task.id, task.identifier);
   state.setTasks(projectId, items, { replace });
+  await loadEpics(projectId);
+  await runTextFilter();
+}
+
+// -- epics, the filter bar -----------------------------------------------------------------------
+
+/** The children of every epic of the project: one relations read per epic. */
+async function loadEpics(projectId) {
+  const shown = [...state.tasks.values()].filter((task) => task.project_id === projectId && task.kind === "epic" && !task.archived_at);
+  await Promise.all(shown.map((epic) => loadEpic(epic.id)));
+}
+
+async function loadEpic(epicId) {
+  try {
+    const { items } = await api.get(`/tasks/${q(epicId)}/relations?type=parent`);
+    epics.set(epicId, childrenOf(epicId, items));
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) epics.delete(epicId);
+    else console.warn("reading an epic's children failed", error);
+  }
+  work.redecorate(epicId);
+}
+
+/** A card changed: its epic's progress, and whether the text filter still holds for it. */
+function afterTask(taskId, before, task) {
+  for (const [epicId, children] of epics) if (children.includes(taskId)) work.redecorate(epicId);
+  if (task && task.kind === "epic" && !epics.has(taskId) && task.project_id === state.projectId) loadEpic(taskId);
+  const textChanged = !before || !task || before.title !== task.title || before.description !== task.description;
+  if (filter.q && textChanged) scheduleTextFilter();
+}
+
+let filter = { ...EMPTY_FILTER };
+let textMatches = null; // task ids the board answered for filter.q; null while asking
+let textTicket = 0;
+let textTimer = 0;
+
+function applyFilter() {
+  view.setFilter(state, isActive(filter) ? (task) => matches(task, filter, textMatches) : null);
+  const shown = state.projectId === null ? [] : [...state.tasks.values()].filter((task) => task.project_id === state.projectId && !task.archived_at);
+  const kept = shown.filter((task) => matches(task, filter, textMatches)).length;
+  $("#filter-summary").textContent = isActive(filter) ? summary(kept, shown.length) : "";
+  $("#filter-clear").hidden = !isActive(filter);
+  document.body.classList.toggle("filtered", isActive(filter));
+}
+
+/** The filter and the project live in the URL: a link shows the same cards, a reload keeps them. */
+function writeUrl() {
+  const search = filterSearch(filter, state.projectId, window.location.search);
+  if (search !== window.location.search) history.replaceState(null, "", `${window.location.pathname}${search}${window.location.hash}`);
+}
+
+function scheduleTextFilter() {
+  clearTimeout(textTimer);
+  textTimer = setTimeout(runTextFilter, TEXT_FILTER_DEBOUNCE_MS);
+}
+
+/** Ask the board which cards hold the text (GET /tasks?q=); the newest question wins. */
+async function runTextFilter() {
+  const path = textQuery(state.projectId, filter);
+  const ticket = ++textTicket;
+  $("#filter-error").textContent = "";
+  if (path === null) {
+    textMatches = null;
+    applyFilter();
+    return;
+  }
+  try {
+    const items = await api.all(path);
+    if (ticket !== textTicket) return;
+    textMatches = new Set(items.map((task) => task.id));
+  } catch (error) {
+    if (ticket !== textTicket) return;
+    textMatches = new Set();
+    $("#filter-error").textContent = `${error.code}: ${error.message}`;
+  }
+  applyFilter();
+}
+
+function readFilterForm() {
+  const form = $("#filter");
+  const next = {};
+  for (const name of Object.keys(EMPTY_FILTER)) next[name] = (form.elements[name].value || "").trim();
+  next.label = next.label.toLowerCase();
+  return next;
+}
+
+function fillFilterForm() {
+  const form = $("#filter");
+  for (const name of Object.keys(EMPTY_FILTER)) if (form.elements[name].value !== filter[name]) form.elements[name].value = filter[name];
+}
+
+function onFilterInput() {
+  const next = readFilterForm();
+  const textChanged = next.q !== filter.q;
+  filter = next;
+  writeUrl();
+  if (textChanged) {
+    textMatches = null;
+    scheduleTextFilter();
+  }
+  applyFilter();
+}
+
+/** The labels and assignees of the shown project, offered as the bar's suggestions. */
+function fillSuggestions() {
+  const labels = new Set();
+  const assignees = new Set();
+  for (const task of state.tasks.values()) {
+    if (task.project_id !== state.projectId) continue;
+    for (const name of task.labels) labels.add(name);
+    if (task.assignee_id) assignees.add(task.assignee_id);
+  }
+  $("#filter-labels").replaceChildren(...[...labels].sort().map((value) => h("option", { value })));
+  $("#filter-assignees").replaceChildren(...[...assignees].sort().map((value) => h("option", { value })));
+}
+
+// -- the shortcut sheet ----------------------------------------------------------------------------
+
+function renderShortcuts() {
+  const section = (scope, title) =>
+    h("section", {}, h("h3", {}, title), h("dl", { class: "shortcut-list" },
+      SHORTCUTS.filter((s) => s.scope === scope).map((s) => [h("dt", {}, s.keys.map((key) => (key === "…" ? " … " : h("kbd", {}, key)))), h("dd", {}, s.text)])));
+  $("#shortcuts-table").replaceChildren(section("page", "Anywhere"), section("card", "On a card"));
+}
+
+function toggleShortcuts() {
+  const sheet = $("#shortcuts");
+  if (sheet.open) sheet.close();
+  else sheet.showModal();
 }
 
 async function backfill() {
@@ -163,6 +314,8 @@ async function reloadLists() {
     // Card reads may land while this list is read: merge, never go back to an older card.
     await loadTasks({ replace: false });
     view.renderAll(state);
+    fillSuggestions();
+    applyFilter();
     scheduleFeed();
   } catch (error) {
     console.warn("reloading lists failed", error);
@@ -184,6 +337,8 @@ async function seed(meta, reason) {
   if (recall(seenKey(boardId)) === null) remember(seenKey(boardId), String(meta.revision));
   await backfill();
   view.renderAll(state);
+  fillSuggestions();
+  applyFilter();
   renderFeed();
   if (drawer.taskId !== null) {
     if (state.tasks.has(drawer.taskId) && !changed) drawer.refreshTabs(drawer.taskId, ["*"]);
@@ -191,6 +346,29 @@ async function seed(meta, reason) {
   }
   if (reason !== "initial" && reason !== "resync") toast(reason === "board_changed" ? "This is a different board now: reloaded." : `Reloaded the board (${reason}).`);
   if (reason === "resync") toast("Resynced with the board.");
+}
+
+// -- conditions (conditions.js) ----------------------------------------------------------------
+
+/** What holds now, from GET /breaches: after every (re)connect, signals missed meanwhile are gone. */
+async function readBreaches() {
+  const projectId = state.projectId;
+  if (projectId === null) return;
+  conditions.beginCatchUp();
+  try {
+    const page = await api.get(`/breaches?project=${q(projectId)}`);
+    if (projectId !== state.projectId) return;
+    conditions.loadBreaches(page.items);
+    view.renderAll(state);
+  } catch (error) {
+    conditions.catchingUp = null;
+    console.warn("reading /breaches failed", error);
+  }
+}
+
+function onSignal(signal) {
+  const changed = conditions.applySignal(signal);
+  if (changed.columns.size || changed.tasks.size) view.renderAll(state);
 }
 
 // -- live ---------------------------------------------------------------------------------------
@@ -213,9 +391,15 @@ const refresher = new Refresher({
 });
 
 function onFrame(activity) {
+  // A parent link added or removed changes the epic's progress.
+  if ((activity.event === "relation_added" || activity.event === "relation_removed") && activity.changes && activity.changes.type === "parent" && activity.changes.source) {
+    loadEpic(activity.changes.source);
+  }
   if (activity.event === "task_created" && activity.changes && activity.changes.identifier) identifiers.set(activity.task_id, activity.changes.identifier);
   refresher.handle(activity);
   if (ledger.add(activity)) scheduleFeed();
+  const condition = signalOfRow(activity); // a persisted condition: the same news as its signal
+  if (condition) onSignal(condition);
 }
 
 function onState(next, detail = {}) {
@@ -234,6 +418,8 @@ const live = new LiveStream({
   onSeed: seed,
   onFrame,
   onState,
+  onSignal,
+  onOpen: readBreaches,
   log: (...args) => console.info("[live]", ...args),
 });
 
@@ -323,10 +509,14 @@ async function switchProject(projectId) {
   drawer.close();
   state.projectId = projectId;
   remember(PROJECT_KEY, projectId);
+  writeUrl();
   await loadProjects();
   await loadTasks();
   view.renderAll(state);
+  fillSuggestions();
+  applyFilter();
   renderFeed();
+  await readBreaches();
 }
 
 // -- wiring -------------------------------------------------------------------------------------
@@ -360,27 +550,58 @@ function wire() {
   });
   document.addEventListener("visibilitychange", renderFeed);
   setInterval(renderFeed, 30000); // keep "n minutes ago" honest
-  document.addEventListener("keydown", (event) => {
-    const typing = event.target.closest && event.target.closest("input, textarea, select, [contenteditable]");
-    if (typing || event.ctrlKey || event.metaKey || event.altKey || document.querySelector("dialog[open]")) return;
-    if (event.key === "n") {
-      event.preventDefault();
-      openCreate();
-    } else if (event.key === "a") {
-      event.preventDefault();
-      setFeedOpen($("#feed").hidden);
-    } else if (event.key === "Escape" && drawer.taskId !== null) {
-      drawer.close();
-    } else if (event.key === "b") {
-      event.preventDefault();
-      const first = view.firstCard();
-      if (first) first.focus();
+  document.addEventListener("keydown", onPageKey);
+  $("#help").addEventListener("click", toggleShortcuts);
+  renderShortcuts();
+  const bar = $("#filter");
+  bar.addEventListener("input", onFilterInput);
+  bar.addEventListener("change", onFilterInput);
+  bar.addEventListener("submit", (event) => event.preventDefault());
+  bar.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && event.target.closest("input")) {
+      event.target.blur();
+      view.firstCard()?.focus();
     }
   });
+  $("#filter-clear").addEventListener("click", () => {
+    bar.reset();
+    onFilterInput();
+  });
+  const wide = window.innerWidth >= WIDE_WINDOW;
+  const folded = recall(FOLDED_KEY);
+  const foldedSet = new Set((folded || "").split(",").filter(Boolean));
+  for (const status of ["done", "canceled"]) view.setCollapsed(status, foldedSet.has(status));
+  view.onCollapse = (status, collapsed) => {
+    view.setCollapsed(status, collapsed);
+    if (collapsed) foldedSet.add(status);
+    else foldedSet.delete(status);
+    remember(FOLDED_KEY, [...foldedSet].join(","));
+  };
   const stored = recall(FEED_OPEN_KEY);
-  setFeedOpen(stored === null ? window.innerWidth >= 1400 : stored === "1");
+  setFeedOpen(stored === null ? wide : stored === "1");
 }
 
+function onPageKey(event) {
+  const typing = event.target.closest && event.target.closest("input, textarea, select, [contenteditable]");
+  const action = shortcutAction(event, "page");
+  if (action === "escape") {
+    if (document.querySelector("dialog[open]")) return; // the dialog closes itself
+    if (drawer.taskId !== null) drawer.close();
+    return;
+  }
+  if (typing || !action || document.querySelector("dialog[open]:not(#shortcuts)")) return;
+  event.preventDefault();
+  if (action === "help") toggleShortcuts();
+  else if ($("#shortcuts").open) return;
+  else if (action === "filter") $("#filter-q").focus();
+  else if (action === "create") openCreate();
+  else if (action === "feed") setFeedOpen($("#feed").hidden);
+  else if (action === "board") view.firstCard()?.focus();
+}
+
+const { filter: linked, project: urlProject } = parseFilter(window.location.search);
+filter = linked;
+fillFilterForm();
 wire();
-window.taskloom = { state, live, ledger, drawer, view };
+window.taskloom = { state, live, ledger, drawer, view, conditions };
 live.start();

@@ -3,14 +3,22 @@
 
 import { STATUSES, STATUS_LABELS, byPriority, cardSignature } from "./board-state.js";
 import { h, hue, initials } from "./dom.js";
+import { CARD_TEXT_MAX, CARD_TITLE_MAX, capText } from "./text-cap.js";
 
 const PRIORITY_LABELS = { urgent: "Urgent", high: "High", medium: "Medium", low: "Low" };
 const KIND_MARKS = { epic: "Epic", bug: "Bug", review: "Review" };
+/** Terminal columns fold to a strip, so all eight fit a laptop's width (docs/ui.md). */
+const COLLAPSIBLE = new Set(["done", "canceled"]);
 
 export class BoardView {
-  constructor(root, { onOpen }) {
+  /** Hooks set by the page: the work strip on each card (board-work.js), the filter bar's test. */
+  decorate = null;
+  filter = null;
+
+  constructor(root, { onOpen, conditions = null }) {
     this.root = root;
     this.onOpen = onOpen;
+    this.conditions = conditions; // a ConditionState (conditions.js): headers and card markers
     this.cards = new Map(); // taskId -> { el, signature }
     this.lists = new Map(); // status -> <ol>
     this.counts = new Map(); // status -> <span>
@@ -27,12 +35,34 @@ export class BoardView {
       return h(
         "section",
         { class: "column", dataset: { status }, "aria-labelledby": `col-${status}` },
-        h("header", { class: "column-head" }, h("h2", { id: `col-${status}` }, STATUS_LABELS[status]), count),
+        h("header", { class: "column-head" }, h("h2", { id: `col-${status}` }, STATUS_LABELS[status]), count, COLLAPSIBLE.has(status) ? this.collapseButton(status) : null),
         list,
         h("p", { class: "empty-column", "aria-hidden": "true" }, "Nothing here"),
       );
     });
     this.root.replaceChildren(...columns);
+  }
+
+  collapseButton(status) {
+    return h("button", {
+      type: "button", class: "icon-button collapse", "aria-expanded": "true", "aria-controls": `col-${status}`,
+      title: `Fold or unfold ${STATUS_LABELS[status]}`, onclick: () => this.onCollapse(status, !this.isCollapsed(status)),
+    }, h("span", { "aria-hidden": "true" }, "⇔"), h("span", { class: "visually-hidden" }, `Fold ${STATUS_LABELS[status]}`));
+  }
+
+  /** Set by the page: remember a fold (the page keeps it per browser). */
+  onCollapse = (status, collapsed) => this.setCollapsed(status, collapsed);
+
+  isCollapsed(status) {
+    return this.lists.get(status).closest(".column").dataset.collapsed === "true";
+  }
+
+  /** A folded terminal column is a narrow strip (name and count) that still takes drops. */
+  setCollapsed(status, collapsed) {
+    const column = this.lists.get(status).closest(".column");
+    column.dataset.collapsed = String(collapsed);
+    const button = column.querySelector(".collapse");
+    if (button) button.setAttribute("aria-expanded", String(!collapsed));
   }
 
   /** Render a whole state (first load, project switch, resync). */
@@ -43,7 +73,7 @@ export class BoardView {
       const list = this.lists.get(status);
       const els = tasks.map((task) => {
         keep.add(task.id);
-        return this.cardEl(task);
+        return this.cardFor(task);
       });
       // Reorder only when the order differs, so an unchanged column is left alone.
       const current = [...list.children];
@@ -60,15 +90,21 @@ export class BoardView {
 
   setCount(status, n) {
     const count = this.counts.get(status);
-    if (count.textContent !== String(n)) count.textContent = String(n);
+    const header = this.conditions ? this.conditions.header(status, n) : { text: String(n), label: "cards", warning: false };
+    if (count.textContent !== header.text) count.textContent = header.text;
     const column = count.closest(".column");
     const empty = n === 0 ? "true" : "false";
     if (column.dataset.empty !== empty) column.dataset.empty = empty;
+    // conditions.js: "count / limit", and a warning while wip_exceeded holds.
+    const wip = header.warning ? "exceeded" : "";
+    if ((column.dataset.wip || "") !== wip) column.dataset.wip = wip;
+    if (count.getAttribute("aria-label") !== header.label) count.setAttribute("aria-label", header.label);
   }
 
   /** The element for a task, rebuilt only when its visible signature changed. */
   cardEl(task) {
-    const signature = cardSignature(task);
+    const markers = this.conditionMarkers(task);
+    const signature = cardSignature(task) + JSON.stringify(markers);
     const known = this.cards.get(task.id);
     if (known && known.signature === signature) return known.el;
     const el = known ? known.el : h("li", { class: "card", dataset: { id: task.id } });
@@ -76,18 +112,42 @@ export class BoardView {
     el.dataset.status = task.status;
     el.dataset.identifier = task.identifier;
     el.dataset.priority = task.priority;
-    el.replaceChildren(this.cardBody(task));
+    el.replaceChildren(this.cardBody(task, markers));
     this.cards.set(task.id, { el, signature });
     if (hadFocus) el.querySelector("button").focus({ preventScroll: true });
     return el;
   }
 
-  cardBody(task) {
+  /** conditions.js: the markers a card carries now (dependency-blocked, stale claim). */
+  conditionMarkers(task) {
+    return this.conditions ? this.conditions.markers(task) : [];
+  }
+
+  /** The card's element with what the page adds to it (work strip, filter), both kept current. */
+  cardFor(task) {
+    const el = this.cardEl(task);
+    if (this.decorate) this.decorate(el, task);
+    const hidden = Boolean(this.filter && !this.filter(task));
+    if (el.hidden !== hidden) el.hidden = hidden;
+    return el;
+  }
+
+  /** Show only the cards `filter` keeps (null: all of them). */
+  setFilter(state, filter) {
+    this.filter = filter;
+    for (const [id, card] of this.cards) {
+      const task = state.tasks.get(id);
+      const hidden = Boolean(filter && task && !filter(task));
+      if (card.el.hidden !== hidden) card.el.hidden = hidden;
+    }
+  }
+
+  cardBody(task, markers = []) {
     const marker =
       task.status === "awaiting"
-        ? h("p", { class: "marker awaiting" }, h("span", { class: "marker-icon", "aria-hidden": "true" }, "?"), h("span", {}, task.awaiting_reason || "Waiting for an answer"))
+        ? h("p", { class: "marker awaiting" }, h("span", { class: "marker-icon", "aria-hidden": "true" }, "?"), h("span", {}, capText(task.awaiting_reason || "Waiting for an answer", CARD_TEXT_MAX).text))
         : task.status === "blocked"
-          ? h("p", { class: "marker blocked" }, h("span", { class: "marker-icon", "aria-hidden": "true" }, "!"), h("span", {}, task.blocked_reason || "Blocked"))
+          ? h("p", { class: "marker blocked" }, h("span", { class: "marker-icon", "aria-hidden": "true" }, "!"), h("span", {}, capText(task.blocked_reason || "Blocked", CARD_TEXT_MAX).text))
           : null;
     const assignee = task.assignee_id
       ? h("span", { class: "avatar", style: { "--hue": hue(task.assignee_id) }, title: `Assignee: ${task.assignee_id}${task.assignee_kind && task.assignee_kind !== "human" ? ` (${task.assignee_kind})` : ""}` }, initials(task.assignee_id))
@@ -99,6 +159,7 @@ export class BoardView {
       task.assignee_id ? `assigned to ${task.assignee_id}` : "unassigned",
       task.status === "awaiting" ? "awaiting an answer" : null,
       task.status === "blocked" ? "blocked" : null,
+      ...markers.map((m) => m.label),
     ].filter(Boolean).join(", ");
     return h(
       "button",
@@ -106,12 +167,13 @@ export class BoardView {
       h(
         "span",
         { class: "card-top" },
-        h("span", { class: "identifier" }, task.identifier),
+        h("span", { class: "identifier", title: task.identifier }, task.identifier),
         KIND_MARKS[task.kind] ? h("span", { class: `kind kind-${task.kind}` }, KIND_MARKS[task.kind]) : null,
         h("span", { class: `priority priority-${task.priority}`, title: `${PRIORITY_LABELS[task.priority]} priority` }, PRIORITY_LABELS[task.priority] || task.priority),
       ),
-      h("span", { class: "title" }, task.title),
+      h("span", { class: "title" }, capText(task.title, CARD_TITLE_MAX).text),
       marker,
+      ...markers.map((m) => h("span", { class: `marker condition condition-${m.kind}`, dataset: { condition: m.kind } }, h("span", { class: "marker-icon", "aria-hidden": "true" }, m.kind === "stale" ? "…" : "←"), h("span", {}, m.label))),
       task.labels.length || assignee
         ? h(
             "span",
@@ -136,7 +198,7 @@ export class BoardView {
       return;
     }
     const oldStatus = known ? known.el.dataset.status : null;
-    const el = this.cardEl(task);
+    const el = this.cardFor(task);
     const list = this.lists.get(task.status);
     const siblings = state.column(task.status).filter((other) => other.id !== task.id);
     const next = siblings.find((other) => byPriority(task, other) < 0);
@@ -160,11 +222,12 @@ export class BoardView {
 
   /** Arrow keys move between cards: up/down in a column, left/right across columns. */
   onKey(event) {
-    if (!["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Home", "End"].includes(event.key)) return;
+    // Shift+arrows drop the card on the next column (board-work.js); plain arrows move the focus.
+    if (event.shiftKey || !["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Home", "End"].includes(event.key)) return;
     const card = event.target.closest && event.target.closest(".card");
     if (!card) return;
     const list = card.parentElement;
-    const cards = [...list.children];
+    const cards = [...list.children].filter((el) => !el.hidden);
     const index = cards.indexOf(card);
     let target = null;
     if (event.key === "ArrowUp") target = cards[index - 1];
@@ -175,7 +238,7 @@ export class BoardView {
       const step = event.key === "ArrowLeft" ? -1 : 1;
       let at = STATUSES.indexOf(card.dataset.status) + step;
       while (at >= 0 && at < STATUSES.length && !target) {
-        const other = [...this.lists.get(STATUSES[at]).children];
+        const other = [...this.lists.get(STATUSES[at]).children].filter((el) => !el.hidden);
         target = other[Math.min(index, other.length - 1)] || null;
         at += step;
       }
@@ -194,6 +257,6 @@ export class BoardView {
   }
 
   firstCard() {
-    return this.root.querySelector(".card button");
+    return this.root.querySelector(".card:not([hidden]) button");
   }
 }

@@ -3,6 +3,7 @@
 import { q } from "./api.js";
 import { $, formValues, h } from "./dom.js";
 import { when, who } from "./drawer-parts.js";
+import { markdownBlock } from "./markdown.js";
 
 const COMMENT_KINDS = ["note", "question", "discuss", "decision", "confirm", "change", "defect"];
 
@@ -25,7 +26,7 @@ export async function load(drawer, taskId, panel) {
         "li",
         { class: `comment comment-${comment.kind}`, dataset: { id: comment.id } },
         h("div", { class: "comment-head" }, who(comment.actor_kind, comment.actor_id), comment.kind !== "note" ? h("span", { class: `tag tag-${comment.kind}` }, comment.kind) : null, when(comment.created_at)),
-        h("div", { class: "prose" }, comment.body),
+        markdownBlock(comment.body),
       ),
     ),
   );

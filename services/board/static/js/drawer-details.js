@@ -5,6 +5,7 @@ import { STATUS_LABELS, TERMINAL, TRANSITIONS } from "./board-state.js";
 import { q } from "./api.js";
 import { $, formValues, h, hue } from "./dom.js";
 import { statusPill, when, who } from "./drawer-parts.js";
+import { markdownBlock } from "./markdown.js";
 
 const PRIORITIES = ["urgent", "high", "medium", "low"];
 const KINDS = ["task", "bug", "epic", "review"];
@@ -51,7 +52,7 @@ export async function load(drawer, taskId, panel) {
       fact("Updated", when(task.updated_at)),
     ),
     h("h3", {}, "Description"),
-    task.description ? h("div", { class: "prose" }, task.description) : h("p", { class: "muted" }, "No description."),
+    task.description ? markdownBlock(task.description, { className: "description" }) : h("p", { class: "muted" }, "No description."),
     acceptance && acceptance.items.length
       ? [h("h3", {}, "Acceptance"), h("ul", { class: "acceptance" }, acceptance.items.map((item) => h("li", {}, item.text)))]
       : null,
@@ -145,7 +146,8 @@ function editForm(drawer, task) {
     "form",
     { class: "edit-form", "aria-label": "Edit the card" },
     h("label", {}, h("span", {}, "Title"), h("input", { name: "title", required: true, value: task.title })),
-    h("label", {}, h("span", {}, "Description"), h("textarea", { name: "description", rows: "5" }, task.description || "")),
+    // Filled when the editor opens: a 64K-character text in a closed form would still cost a layout.
+    h("label", {}, h("span", {}, "Description"), h("textarea", { name: "description", rows: "5" })),
     h(
       "div",
       { class: "row" },
@@ -170,7 +172,8 @@ function editForm(drawer, task) {
     const values = formValues(form, { keepEmpty: true });
     const patch = {};
     if (values.title !== base.title) patch.title = values.title;
-    if (values.description !== (base.description || "")) patch.description = values.description;
+    // An editor never opened was never filled: its empty field is not a wish to clear the text.
+    if (form.elements.description.dataset.filled && values.description !== (base.description || "")) patch.description = values.description;
     if (values.priority !== base.priority) patch.priority = values.priority;
     if (values.kind !== base.kind) patch.kind = values.kind;
     const labels = values.labels.split(",").map((name) => name.trim()).filter(Boolean);
@@ -197,6 +200,13 @@ function editForm(drawer, task) {
         );
       }
     });
+  });
+  details.addEventListener("toggle", () => {
+    const field = form.elements.description;
+    if (details.open && !field.dataset.filled) {
+      field.value = base.description || "";
+      field.dataset.filled = "true";
+    }
   });
   details.append(form);
   return details;

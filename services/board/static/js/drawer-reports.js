@@ -3,6 +3,7 @@
 import { q } from "./api.js";
 import { h } from "./dom.js";
 import { when, who } from "./drawer-parts.js";
+import { markdownBlock } from "./markdown.js";
 
 /** The tab's content for the open card (`drawer.load` puts it in the panel's body). */
 export async function load(drawer, taskId) {
@@ -12,7 +13,7 @@ export async function load(drawer, taskId) {
     "ol",
     { class: "thread" },
     items.slice().reverse().map((report) =>
-      h("li", { class: "report" }, h("div", { class: "comment-head" }, h("strong", {}, `Round ${report.round}`), who(report.actor_kind, report.actor_id), when(report.created_at)), h("div", { class: "prose" }, report.body)),
+      h("li", { class: "report" }, h("div", { class: "comment-head" }, h("strong", {}, `Round ${report.round}`), who(report.actor_kind, report.actor_id), when(report.created_at)), markdownBlock(report.body)),
     ),
   );
 }

@@ -2,6 +2,7 @@
 
 import { h, hue, initials } from "./dom.js";
 import { unreadCount, wording } from "./feed.js";
+import { FEED_TEXT_MAX, capText } from "./text-cap.js";
 import { actorLabel, ago } from "./words.js";
 
 export const FEED_SHOWN = 200;
@@ -43,7 +44,7 @@ export class FeedView {
               h("button", { type: "button", class: "link-button identifier", onclick: () => this.onOpenTask(entry.task_id) }, name(entry.task_id)),
               entry.rows.length > 1 ? h("span", { class: "fold", title: `${entry.rows.length} changes folded` }, `×${entry.rows.length}`) : null,
             ),
-            detail ? h("p", { class: "feed-detail" }, detail) : null,
+            detail ? h("p", { class: "feed-detail" }, capText(detail, FEED_TEXT_MAX).text) : null,
             h("time", { datetime: entry.created_at, title: new Date(entry.created_at).toLocaleString() }, ago(entry.created_at, now)),
           ),
           isUnread ? h("span", { class: "visually-hidden" }, "(unread)") : null,
