@@ -42,7 +42,8 @@ EXTERNAL_WRITER = """
 import sys
 from pathlib import Path
 from services.board.commands.comments import add_comment
-from services.board.store import Actor, SqliteStore
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor
 
 store = SqliteStore(Path(sys.argv[1]))
 try:
