@@ -34,7 +34,8 @@ from services.board.commands import projects, relations, tasks
 from services.board.conditions.signals import Signal
 from services.board.conditions.timer import ConditionsEngine
 from services.board.queries.tasks import list_tasks
-from services.board.store import Actor, SqliteStore, Tx, utc_now
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor, Tx, utc_now
 from shared.timestamps import format_timestamp, parse_timestamp
 
 COMMAND = ".venv/bin/python -m bench conditions"

@@ -223,6 +223,10 @@ async def run(folder: Path) -> list[tuple[str, str, str]]:
                  "p50 ≤ 7 ms, p99 ≤ 30 ms"),
                 ("hub's added latency over direct SSE, same event",
                  f"p50 {percentile(added, .5):.1f} ms, p99 {percentile(added, .99):.1f} ms", ""),
+                ("hub follower / direct SSE, same run",
+                 f"p50 {percentile(hub_commit, .5) / percentile(direct_commit, .5):.2f}×, "
+                 f"p99 {percentile(hub_commit, .99) / percentile(direct_commit, .99):.2f}× "
+                 f"(load {os.getloadavg()[0]:.1f})", "p50 ≤ 1.1×"),
                 (f"hub CPU with {FOLLOWERS} followers at {RATE} writes/s", f"{hub_cpu * 100:.1f} % of one core "
                  f"(board {board_cpu * 100:.0f} %, bench client {own_cpu * 100:.0f} %, {os.cpu_count()} cores)", ""),
                 (f"hub RSS with {FOLLOWERS} followers", f"idle {idle_memory['VmRSS'] / 1024:.1f} MiB, after the run "

@@ -213,6 +213,14 @@ class LogReader:
         self._force = True
         self._wake.set()
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def publish(self, page: Page) -> None:
+        """Fan out a page read elsewhere: the writer's hand-off (``services/board/fanout.py``)."""
+        self._publish(page)
+
     def _publish(self, page: Page) -> None:
         self.position = max(self.position, page.end)
         leavers = [subscriber for subscriber in self._subscribers if not subscriber.offer(page)]

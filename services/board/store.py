@@ -125,6 +125,10 @@ class Tx:
     scopes: list[tuple[str | None, str | None, str]] = field(default_factory=list)
     #: What the command hook leaves for after COMMIT (signals, timer deadlines); opaque here.
     effects: list[Any] = field(default_factory=list)
+    #: The frames of the rows this command appended, encoded as they were written; None when no
+    #: batch hand-off is attached (see ``BatchHandoff``).
+    encode: Callable[..., Any] | None = None
+    encoded: list[Any] = field(default_factory=list)
 
     def execute(self, sql: str, params: Params = ()) -> Cursor:
         return self.conn.execute(sql, params)
@@ -167,11 +171,19 @@ class Tx:
                 details={"event": event, "size": frame_size, "limit": MAX_ACTIVITY_BYTES},
                 hint="send less text at once",
             )
-        self.conn.execute(
+        insert = (
             "INSERT INTO task_activities (task_id, project_id, actor_kind, actor_id, event, changes_json, revision,"
-            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (task_id, project_id, who.kind, who.id, event, changes_json.decode(), revision, self.now),
+            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         )
+        values = (task_id, project_id, who.kind, who.id, event, changes_json.decode(), revision, self.now)
+        if self.encode is None:
+            self.conn.execute(insert, values)
+        else:
+            # The frame needs the row's id, which the schema assigns: both engines return it.
+            row_id = self.conn.execute(insert + " RETURNING id", values).fetchone()[0]
+            self.encoded.append(self.encode(
+                row_id, revision, task_id, project_id, who.kind, who.id, event, changes_json, self.now
+            ))
         self.appended.append(revision)
         self.scopes.append((project_id, task_id, event))
         return revision
@@ -185,10 +197,36 @@ CommandHook = Callable[[Tx], None]
 EffectsListener = Callable[[list[Any]], None]
 
 
+class BatchHandoff(Protocol):
+    """Takes a committed batch's frames straight from the writer (``services/board/fanout.py``).
+
+    ``encode`` runs on the writer thread inside ``Tx.record`` (the row's fields and its changes
+    JSON, as written). ``deliver`` runs on the event loop after COMMIT, before the commit
+    listeners, with ``after`` the head the batch began on, ``end`` the head it committed, and every
+    streamable row in between encoded, in revision order; it returns whether it published them.
+    """
+
+    def wanted(self) -> bool:
+        """Whether the next batch should encode its frames (someone is listening)."""
+
+    def encode(
+        self, row_id: int, revision: int, task_id: str | None, project_id: str | None, actor_kind: str,
+        actor_id: str, event: str, changes_json: bytes, created_at: str,
+    ) -> Any:
+        """One appended row's frame."""
+
+    def deliver(self, after: int, end: int, frames: tuple[Any, ...]) -> bool:
+        """Publish a committed batch; False leaves it to the log reader."""
+
+
+#: ``(after, end, frames)`` of a committed batch whose frames were encoded by the writer.
+Handed = tuple[int, int, tuple[Any, ...]]
+
+
 class _Job:
     """One queued command and, once its batch has ended, its outcome."""
 
-    __slots__ = ("actor", "appended", "args", "effects", "error", "fn", "future", "kwargs", "loop", "result")
+    __slots__ = ("actor", "appended", "args", "effects", "encoded", "error", "fn", "future", "kwargs", "loop", "result")
 
     def __init__(
         self,
@@ -209,14 +247,20 @@ class _Job:
         self.error: BaseException | None = None
         self.appended: list[int] = []
         self.effects: list[Any] = []
+        self.encoded: list[Any] = []
 
     def lose(self, error: BaseException) -> None:
         """The transaction this command ran in was rolled back: whatever it did is gone."""
-        self.result, self.appended, self.effects, self.error = None, [], [], error
+        self.result, self.appended, self.effects, self.encoded, self.error = None, [], [], [], error
 
 
 #: Tells the writer thread to finish the commands queued before it and stop.
 _STOP: Final = object()
+
+
+def _head(conn: Connection) -> int:
+    revision: int = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
+    return revision
 
 
 class LogFollower(Protocol):
@@ -266,6 +310,9 @@ class WriterStore:
         #: Transactions the writer thread committed or tried, and the commands they carried (bench, tests).
         self.batches = 0
         self.batched_commands = 0
+        self._handoff: BatchHandoff | None = None
+        #: The hand-off of the batch the writer thread has just run (writer thread only).
+        self._handed: Handed | None = None
 
     # -- what an engine provides ----------------------------------------------------------------
 
@@ -338,6 +385,14 @@ class WriterStore:
         if listener in self._effects_listeners:
             self._effects_listeners.remove(listener)
 
+    def attach_handoff(self, handoff: BatchHandoff | None) -> None:
+        """Let the writer hand each committed batch's encoded frames to ``handoff`` (None: stop)."""
+        self._handoff = handoff
+
+    @property
+    def handoff(self) -> BatchHandoff | None:
+        return self._handoff
+
     def _run_hook(self, tx: Tx) -> None:
         """The conditions' judgement of the state ``tx`` leaves behind, inside its transaction."""
         if self.command_hook is not None:
@@ -394,6 +449,7 @@ class WriterStore:
                     stopping = True
                     break
                 batch.append(item)
+            self._handed = None
             try:
                 revision = self._run_batch(batch)
             except BaseException as exc:  # the writer must outlive anything a batch does
@@ -403,7 +459,7 @@ class WriterStore:
                 for job in batch:
                     job.lose(batch_lost(exc))
                 revision = 0
-            self._settle(batch, revision)
+            self._settle(batch, revision, self._handed if revision else None)
 
     def _run_batch(self, batch: list[_Job]) -> int:
         """One transaction for the whole batch; returns the last revision it appended (0: none).
@@ -421,12 +477,22 @@ class WriterStore:
             for job in batch:
                 job.lose(batch_lost(exc))
             return 0
+        handoff = self._handoff
+        encode = handoff.encode if handoff is not None and handoff.wanted() else None
+        # The head this batch begins on. Another process may still commit before the batch's first
+        # row (PostgreSQL takes the revision row's lock there): _encoded_batch counts the rows.
+        began = 0
+        if encode is not None:
+            try:
+                began = _head(conn)
+            except self.driver_error:
+                encode = None  # no hand-off for this batch; the log reader reads it
         # A lone command needs no savepoint: its refusal rolls back the transaction itself.
         savepoints = len(batch) > 1
         for position, job in enumerate(batch):
             # Each command's own clock reading, taken under the write lock: commit times follow
             # revision order inside a batch and across processes.
-            tx = Tx(conn, job.actor, self.clock())
+            tx = Tx(conn, job.actor, self.clock(), encode=encode)
             if savepoints:
                 conn.execute("SAVEPOINT command")
             try:
@@ -452,6 +518,8 @@ class WriterStore:
                 conn.execute("RELEASE command")
             job.appended = tx.appended
             job.effects = tx.effects
+            job.encoded = tx.encoded
+        handed = self._encoded_batch(conn, began, batch) if encode is not None else None
         last = max((job.appended[-1] for job in batch if job.appended), default=0)
         try:
             if last:
@@ -464,7 +532,25 @@ class WriterStore:
             for job in batch:
                 job.lose(batch_lost(exc))
             return 0
+        self._handed = handed
         return last
+
+    def _encoded_batch(self, conn: Any, began: int, batch: list[_Job]) -> Handed | None:
+        """The batch's frames with the range they cover, if they are every row of that range.
+
+        Counted in the database rather than trusted: a row appended by anything but ``Tx.record``
+        (a trigger, a future command) or by another process committing before this batch's first
+        row would otherwise be skipped by every stream.
+        """
+        frames = tuple(frame for job in batch for frame in job.encoded)
+        try:
+            end = _head(conn)
+            rows: int = conn.execute(
+                "SELECT count(*) FROM task_activities WHERE revision > ?", (began,)
+            ).fetchone()[0]
+        except self.driver_error:
+            return None  # the commit is not this check's to fail: the log reader will read it
+        return (began, end, frames) if rows == len(frames) else None
 
     def _run_rest(self, rest: list[_Job]) -> int:
         """Commands of a lost batch that had not run yet get a transaction of their own."""
@@ -475,17 +561,23 @@ class WriterStore:
             with contextlib.suppress(self.driver_error):
                 conn.execute("ROLLBACK")
 
-    def _settle(self, batch: list[_Job], revision: int) -> None:
+    def _settle(self, batch: list[_Job], revision: int, handed: Handed | None = None) -> None:
         """Hand the outcomes to the event loops that wait for them: one wake-up per loop and batch."""
         by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
         for job in batch:
             by_loop.setdefault(job.loop, []).append(job)
-        for loop, jobs in by_loop.items():
+        for number, (loop, jobs) in enumerate(by_loop.items()):
             with contextlib.suppress(RuntimeError):  # a closed loop has nobody left to tell
-                loop.call_soon_threadsafe(self._deliver, jobs, revision)
+                # The frames go out once, with the first loop's wake-up (the board has one loop).
+                loop.call_soon_threadsafe(self._deliver, jobs, revision, handed if number == 0 else None)
 
-    def _deliver(self, jobs: list[_Job], revision: int) -> None:
-        """On the event loop, after COMMIT: listeners first, then the callers resume."""
+    def _deliver(self, jobs: list[_Job], revision: int, handed: Handed | None = None) -> None:
+        """On the event loop, after COMMIT: the hand-off and listeners first, then the callers resume."""
+        if handed is not None and self._handoff is not None:
+            try:
+                self._handoff.deliver(*handed)
+            except Exception:
+                log.exception("batch_handoff_failed", revision=revision)
         if revision:
             self._notify(revision)
         effects = [effect for job in jobs if job.error is None for effect in job.effects]

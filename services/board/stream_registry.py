@@ -19,6 +19,7 @@ from shared.errors import TaskloomError
 from .client_stream import DISCONNECTED, SERVER_STOPPING, Stream
 from .conditions.signals import Signal
 from .descriptors import fewer_free_than
+from .fanout import Handoff
 from .logreader import LogReader
 from .settings import BoardSettings
 from .store import WriterStore
@@ -160,12 +161,15 @@ def setup(app: web.Application, *, settings: BoardSettings, store: WriterStore) 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         # Runs after the store's own cleanup context has opened it, and ends before it closes it.
         await reader.start()
+        # Committed batches reach the live streams from the writer's own frames (fanout.py).
+        Handoff(reader).attach(store)
         registry.start()
         try:
             yield
         finally:
             await registry.close_all(SERVER_STOPPING)
             await registry.stop()
+            Handoff.detach(store)
             await reader.stop()
 
     async def on_shutdown(app: web.Application) -> None:

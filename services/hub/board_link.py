@@ -51,8 +51,9 @@ class BoardSink(Protocol):
     def board_reset(self, reason: str, board_id: str, head: int) -> None:
         """The cursor cannot continue (another board, a refused cursor): live again from ``head``."""
 
-    def board_event(self, revision: int, activity: dict[str, Any]) -> None:
-        """One activity frame, revisions strictly increasing."""
+    def board_event(self, revision: int, activity: dict[str, Any], data: str | None = None) -> None:
+        """One activity frame, revisions strictly increasing; ``data`` is the frame's JSON as the
+        board sent it (the hub forwards those bytes instead of encoding ``activity`` again)."""
 
     def board_signal(self, signal: dict[str, Any]) -> None:
         """A condition signal (``event: signal``): id-less, so it never moves the cursor."""
@@ -234,7 +235,7 @@ class BoardLink:
             if self.cursor is not None and revision <= self.cursor:
                 continue  # a replayed duplicate: at-least-once upstream, exactly-in-order here
             self.cursor = revision
-            self._sink.board_event(revision, activity)
+            self._sink.board_event(revision, activity, item.data)
 
 
     def _signal(self, data: str | None) -> None:

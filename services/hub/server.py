@@ -71,6 +71,23 @@ KEEPALIVE_COUNT = 3
 #: whether the peer is still there (data after a close is answered with RST, RFC 1122 §4.2.2.13).
 HALF_CLOSED_PROBE = 1.0
 
+#: ``hp.event`` as orjson writes it, around the activity's own JSON.
+_EVENT_HEAD = b'{"type":"event","revision":'
+_EVENT_ACTIVITY = b',"activity":'
+
+
+def event_line(revision: int, activity: dict[str, Any], data: str | None = None) -> bytes:
+    """The ``event`` line for one board frame.
+
+    With ``data`` (the frame's JSON text, which parsed as ``activity``) its bytes are spliced in
+    rather than decoded and encoded again: for the board's own frames (orjson's compact output)
+    the line is the very bytes ``encode_line(hp.event(...))`` gives. A data field that spans
+    several SSE lines would break the line, so it is encoded again instead.
+    """
+    if data is None or "\n" in data or "\r" in data:
+        return encode_line(hp.event(revision=revision, activity=activity))
+    return b"%b%d%b%b}\n" % (_EVENT_HEAD, revision, _EVENT_ACTIVITY, data.encode())
+
 
 class Hub:
     def __init__(self, settings: HubSettings, *, token: str | None = None) -> None:
@@ -82,6 +99,8 @@ class Hub:
         self.board_id: str | None = None
         #: The newest board revision seen; None until the board first answers.
         self.revision: int | None = None
+        #: Event lines encoded since start: one per board event, however many followers.
+        self.lines_encoded = 0
         self.registrations = Registrations(
             self.board_url,
             settings.board_token,
@@ -286,8 +305,10 @@ class Hub:
             connection.push_reset(reason, head)
         self.registrations.mark_all()
 
-    def board_event(self, revision: int, activity: dict[str, Any]) -> None:
-        line = encode_line(hp.event(revision=revision, activity=activity))
+    def board_event(self, revision: int, activity: dict[str, Any], data: str | None = None) -> None:
+        # One line per event, encoded once and written as the same bytes to every follower.
+        line = event_line(revision, activity, data)
+        self.lines_encoded += 1
         if len(line) - 1 > self.settings.max_line:
             # shared/limits.py makes this impossible for frames our SSE parser accepts; a board
             # that is not ours still must not make followers close on LineTooLong. Events are

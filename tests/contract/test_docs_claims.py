@@ -485,6 +485,8 @@ def test_the_dependency_tables_are_the_project_dependencies() -> None:
     assert runtime == _requirement_names(project["dependencies"])
     tests = {name for row in _table("docs/dependencies.md", "## Tests and tools") for name in row.split(", ")}
     assert tests == _requirement_names(project["optional-dependencies"]["test"])
+    bench = {name for row in _table("docs/dependencies.md", "## Benchmarks only") for name in row.split(", ")}
+    assert bench == _requirement_names(project["optional-dependencies"]["bench"])
     assert "**aiosqlite** (listed by SPEC §2) is deliberately not a dependency" in text("docs/dependencies.md")
     assert "aiosqlite" not in _requirement_names(project["dependencies"])
 
