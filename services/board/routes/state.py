@@ -96,7 +96,10 @@ async def export_state(call: Call) -> web.StreamResponse:
         await response.prepare(call.request)
         item = first
         while item is not _DONE:
-            await response.write(item)
+            try:
+                await response.write(item)
+            except ConnectionError:
+                return response  # the client left; the reader thread stops at its next chunk
             item = await loop.run_in_executor(None, chunks.get)
             if isinstance(item, BaseException):
                 log.error("state_export_failed", error=str(item))
