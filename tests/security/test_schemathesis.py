@@ -54,7 +54,7 @@ HOOKS = Path(__file__).with_name("support_schemathesis.py")
 #: Test cases per operation and phase, and the wall-clock budget of the whole run (seconds):
 #: enough for every operation and the stateful phase on two busy cores, bounded for ``make test``.
 MAX_EXAMPLES = 8
-MAX_TIME = 90
+MAX_TIME = 240
 STATEFUL_STEPS = 12
 #: Seconds each SSE stream lives, so a streaming answer ends and can be checked.
 STREAM_LIFETIME = 0.2
