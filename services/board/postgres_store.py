@@ -67,6 +67,8 @@ CONNECT_TIMEOUT_S: Final = 5
 READ_TIMEOUT_S: Final = 5.0
 #: The log reader's safety poll: notifications wake it; this catches anything they could miss.
 SAFETY_POLL_S: Final = 2.0
+#: How often the LISTEN thread looks up from its wait (to notice the store closing), seconds.
+LISTEN_WAKE_S: Final = 0.2
 #: Pause between attempts of the LISTEN thread to reach a server that went away, seconds.
 LISTEN_RETRY_S: Final = 0.5
 #: Taken (transaction-scoped) while migrating, so two processes starting at once apply a file once.
@@ -297,6 +299,7 @@ class PostgresStore(WriterStore):
     """The PostgreSQL implementation of the store seam."""
 
     engine = "postgresql"
+    blobs_in_database = True
     driver_error = psycopg.Error
 
     def __init__(self, url: str, *, clock: Callable[[], str] = utc_now) -> None:
@@ -452,12 +455,6 @@ class PostgresStore(WriterStore):
         self._token_listeners.append(listener)
         self._start_listening()
 
-    # -- blobs --------------------------------------------------------------------------------------
-
-    def read_blob(self, sha256: str) -> bytes | None:
-        row = self.run_query(lambda conn: conn.execute("SELECT content FROM attachment_blobs WHERE sha256 = ?", (sha256,)).fetchone())
-        return None if row is None else bytes(row[0])
-
     # -- LISTEN ---------------------------------------------------------------------------------
 
     def add_commit_listener(self, listener: Callable[[int], None]) -> None:
@@ -487,7 +484,7 @@ class PostgresStore(WriterStore):
                 head = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()
                 self._hand_over(int(head[0]) if head else 0, token=True)
                 while not self._listen_stop.is_set():
-                    for note in conn.notifies(timeout=1.0):
+                    for note in conn.notifies(timeout=LISTEN_WAKE_S):
                         if note.channel == LOG_CHANNEL:
                             self._hand_over(int(note.payload or 0))
                         else:

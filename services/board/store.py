@@ -238,6 +238,10 @@ class WriterStore:
     below); everything about ordering, batching and telling callers is decided here, once.
     """
 
+    #: ``sqlite`` or ``postgresql``.
+    engine: str = "sqlite"
+    #: Whether attachment bytes are rows of the database (shared by every board process) or files.
+    blobs_in_database: bool = False
     #: The engine's driver errors: a BEGIN or COMMIT failing with one of these loses its batch.
     driver_error: type[BaseException] = Exception
 
