@@ -329,8 +329,6 @@ class PostgresStore(WriterStore):
             timeout=READ_TIMEOUT_S,
             kwargs={"connect_timeout": CONNECT_TIMEOUT_S},
             configure=self._configure_reader,
-            # A connection the server dropped is found before use, so reads heal when it returns.
-            check=ConnectionPool.check_connection,
             name="taskloom-readers",
         )
         self._pool.open(wait=False)
@@ -375,12 +373,12 @@ class PostgresStore(WriterStore):
             raise psycopg.OperationalError(str(exc)) from exc
 
     def _begin(self, conn: PgConnection) -> None:
-        conn.execute("BEGIN")
-        # The revision lock first, before any other row lock: commit order = revision order, no deadlock.
-        conn.execute("SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE")
+        # The revision lock first, before any other row lock: commit order = revision order, no
+        # deadlock. One round trip: a script without parameters goes as one simple query.
+        conn.raw.execute(b"BEGIN; SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE")
 
     def _before_commit(self, conn: PgConnection, revision: int) -> None:
-        conn.execute("SELECT pg_notify(?, ?)", (LOG_CHANNEL, str(revision)))
+        conn.execute("SELECT pg_notify(?, ?)", (LOG_CHANNEL, str(int(revision))))
 
     def _in_transaction(self, conn: PgConnection) -> bool:
         return conn.in_transaction
@@ -414,11 +412,20 @@ class PostgresStore(WriterStore):
     def run_query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(conn, ...)`` in one ``REPEATABLE READ`` read-only transaction (one snapshot)."""
         assert self._pool is not None, "open() the store first"
-        try:
-            with self._pool.connection() as raw:
-                return fn(PgConnection(raw), *args, **kwargs)
-        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
-            raise unavailable(exc) from exc
+        for attempt in range(2):
+            try:
+                with self._pool.connection() as raw:
+                    try:
+                        return fn(PgConnection(raw), *args, **kwargs)
+                    except psycopg.OperationalError:
+                        if attempt == 0 and raw.broken:
+                            # A pooled connection the server dropped (it restarted meanwhile): the
+                            # pool discards it, and a read is safe to run again on a fresh one.
+                            continue
+                        raise
+            except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+                raise unavailable(exc) from exc
+        raise AssertionError("a read is tried twice at most")
 
     def follow_log(self) -> PgLogFollower:
         return PgLogFollower(self.url)
@@ -443,6 +450,11 @@ class PostgresStore(WriterStore):
             if notify_token:
                 conn.execute("SELECT pg_notify(?, '')", (TOKEN_CHANNEL,))
         return str(stored[0])
+
+    def take_secret(self, key: str) -> str | None:
+        conn = self._own_conn()
+        row = conn.execute("DELETE FROM board_secrets WHERE key = ? RETURNING value", (key,)).fetchone()
+        return None if row is None else str(row[0])
 
     def secrets_with_prefix(self, prefix: str) -> dict[str, str]:
         rows = self.run_query(

@@ -171,7 +171,7 @@ def fresh_database_url() -> str:
 
 #: What the tests that reach past the board into the SQLite file itself use: they are SQLite's own
 #: (the PostgreSQL triggers have theirs in tests/postgres/test_pg_triggers.py).
-SQLITE_ONLY_MARKS = ("raw_connection", "sqlite3.", "board.sqlite", "data_version", "sqlite_master")
+SQLITE_ONLY_MARKS = ("raw_connection", "sqlite3.", "board.sqlite", "data_version", "sqlite_master", 'data_dir / "attachments"')
 
 
 def deselect_sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> None:
