@@ -377,8 +377,12 @@ class PostgresStore(WriterStore):
         # deadlock. One round trip: a script without parameters goes as one simple query.
         conn.raw.execute(b"BEGIN; SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE")
 
-    def _before_commit(self, conn: PgConnection, revision: int) -> None:
-        conn.execute("SELECT pg_notify(?, ?)", (LOG_CHANNEL, str(int(revision))))
+    def _commit(self, conn: PgConnection, revision: int) -> None:
+        if not revision:
+            conn.execute("COMMIT")
+            return
+        # Delivered at COMMIT, never for a rollback; one round trip with the COMMIT itself.
+        conn.raw.execute(f"SELECT pg_notify('{LOG_CHANNEL}', '{int(revision)}'); COMMIT".encode())
 
     def _in_transaction(self, conn: PgConnection) -> bool:
         return conn.in_transaction
@@ -396,9 +400,7 @@ class PostgresStore(WriterStore):
             tx = Tx(conn, actor, self.clock())
             result = fn(tx, *args, **kwargs)
             refuse_unencodable(result)
-            if tx.appended:
-                self._before_commit(conn, tx.appended[-1])
-            conn.execute("COMMIT")
+            self._commit(conn, tx.appended[-1] if tx.appended else 0)
         except BaseException as exc:
             if conn is not None and conn.in_transaction:
                 with contextlib.suppress(psycopg.Error):

@@ -279,8 +279,9 @@ class WriterStore:
         """Start a writing transaction that holds the engine's write lock from its first statement."""
         raise NotImplementedError
 
-    def _before_commit(self, conn: Any, revision: int) -> None:
-        """Last statement of a batch that appended rows up to ``revision`` (PostgreSQL: NOTIFY)."""
+    def _commit(self, conn: Any, revision: int) -> None:
+        """COMMIT a batch whose last appended revision is ``revision`` (0: none); PostgreSQL adds its NOTIFY."""
+        conn.execute("COMMIT")
 
     def _in_transaction(self, conn: Any) -> bool:
         raise NotImplementedError
@@ -435,9 +436,7 @@ class WriterStore:
             job.appended = tx.appended
         last = max((job.appended[-1] for job in batch if job.appended), default=0)
         try:
-            if last:
-                self._before_commit(conn, last)
-            conn.execute("COMMIT")
+            self._commit(conn, last)
         except self.driver_error as exc:
             # The whole batch is unwritten; which command made COMMIT fail cannot be told, so
             # every caller hears 503 and may retry.
