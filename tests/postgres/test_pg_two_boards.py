@@ -62,6 +62,8 @@ async def test_two_processes_serve_one_board(tmp_path: Path, postgres_url: str) 
 
             await async_wait_until(b_took_the_new_token, timeout=10, what="process B to take the rotated token")
             assert b.token == new, "B rewrote its own token file for local taskctl"
+            status = (await BoardClient(b.url, new, session).get("/api/v1/board/status")).body
+            assert status["database"] == "postgresql://127.0.0.1:" + postgres_url.rsplit(":", 1)[1], "no credentials"
     finally:
         a.stop()
         b.stop()
