@@ -268,6 +268,12 @@ def unavailable(exc: BaseException, what: str = "is unavailable") -> TaskloomErr
     )
 
 
+def _connection_lost(raw: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
+    """The session is gone (dropped, or ended by the server), not the statement refused."""
+    state = exc.sqlstate or ""
+    return raw.broken or raw.closed or state.startswith(("08", "57P"))
+
+
 def translate_error(exc: BaseException) -> BaseException:
     """What a command's caller is told: a stable error for what PostgreSQL refused, else ``exc``."""
     error: TaskloomError | None = None
@@ -414,20 +420,23 @@ class PostgresStore(WriterStore):
     def run_query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(conn, ...)`` in one ``REPEATABLE READ`` read-only transaction (one snapshot)."""
         assert self._pool is not None, "open() the store first"
-        for attempt in range(2):
+        # Every pooled connection may have been dropped by a server that went away and came back:
+        # one attempt more than the pool holds reaches a fresh connection.
+        attempts = self._pool.max_size + 1
+        for attempt in range(attempts):
             try:
                 with self._pool.connection() as raw:
                     try:
                         return fn(PgConnection(raw), *args, **kwargs)
-                    except psycopg.OperationalError:
-                        if attempt == 0 and raw.broken:
-                            # A pooled connection the server dropped (it restarted meanwhile): the
-                            # pool discards it, and a read is safe to run again on a fresh one.
+                    except psycopg.OperationalError as exc:
+                        if attempt + 1 < attempts and _connection_lost(raw, exc):
+                            # A read is safe to run again; the closed connection leaves the pool.
+                            raw.close()
                             continue
                         raise
             except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
                 raise unavailable(exc) from exc
-        raise AssertionError("a read is tried twice at most")
+        raise AssertionError("every attempt returns or raises")
 
     def follow_log(self) -> PgLogFollower:
         return PgLogFollower(self.url)
