@@ -283,7 +283,13 @@ class SharedSecrets(Protocol):
 
     def write_secret(self, key: str, value: str, *, only_if_absent: bool = False, notify_token: bool = False) -> str: ...
 
-    def add_token_listener(self, listener: Callable[[], None]) -> None: ...
+    def take_secret(self, key: str) -> str | None:
+        """Remove ``key`` and return what it held, atomically: a second taker gets None."""
+
+    def secrets_with_prefix(self, prefix: str) -> dict[str, str]: ...
+
+    def add_token_listener(self, listener: Callable[[], None]) -> None:
+        """Called on the event loop when any process changes the token or revokes a session."""
 
 
 class WriterStore:
@@ -293,6 +299,10 @@ class WriterStore:
     below); everything about ordering, batching and telling callers is decided here, once.
     """
 
+    #: ``sqlite`` or ``postgresql``.
+    engine: str = "sqlite"
+    #: Whether attachment bytes are rows of the database (shared by every board process) or files.
+    blobs_in_database: bool = False
     #: The engine's driver errors: a BEGIN or COMMIT failing with one of these loses its batch.
     driver_error: type[BaseException] = Exception
 
@@ -330,8 +340,9 @@ class WriterStore:
         """Start a writing transaction that holds the engine's write lock from its first statement."""
         raise NotImplementedError
 
-    def _before_commit(self, conn: Any, revision: int) -> None:
-        """Last statement of a batch that appended rows up to ``revision`` (PostgreSQL: NOTIFY)."""
+    def _commit(self, conn: Any, revision: int) -> None:
+        """COMMIT a batch whose last appended revision is ``revision`` (0: none); PostgreSQL adds its NOTIFY."""
+        conn.execute("COMMIT")
 
     def _in_transaction(self, conn: Any) -> bool:
         raise NotImplementedError
@@ -522,9 +533,7 @@ class WriterStore:
         handed = self._encoded_batch(conn, began, batch) if encode is not None else None
         last = max((job.appended[-1] for job in batch if job.appended), default=0)
         try:
-            if last:
-                self._before_commit(conn, last)
-            conn.execute("COMMIT")
+            self._commit(conn, last)
         except self.driver_error as exc:
             # The whole batch is unwritten; which command made COMMIT fail cannot be told, so
             # every caller hears 503 and may retry.
