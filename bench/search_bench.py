@@ -150,7 +150,7 @@ def main() -> None:
             scan, scanned = timed(lambda q=q: portable_list(conn, q), max(20, ROUNDS // 10))
             assert len(scanned["items"]) == len(answer["items"]), f"{label}: the two paths disagree"
             like = row("", scan, 0).split("|")[3:6]
-            print(row(f"{label} (`{q}`)", fts, len(answer["items"])).rstrip("|") + "|".join(like) + "|")
+            print(row(f"{label} (`{q}`)", fts, len(answer["items"])) + "|".join(like) + "|")
         conn.close()
 
         popen, url, token = start_board(folder)
