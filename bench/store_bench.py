@@ -25,7 +25,8 @@ from typing import Any
 import orjson
 
 from services.board.commands import projects, tasks
-from services.board.store import Actor, SqliteStore, connect, utc_now
+from services.board.sqlite_store import SqliteStore, connect
+from services.board.store import Actor, utc_now
 from shared import events
 
 COMMAND = ".venv/bin/python -m bench store"

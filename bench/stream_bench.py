@@ -255,7 +255,8 @@ async def writer_role(config: dict[str, Any]) -> None:
 
 def external_role(config: dict[str, Any]) -> None:
     from services.board.commands.tasks import update_task
-    from services.board.store import Actor, SqliteStore
+    from services.board.sqlite_store import SqliteStore
+    from services.board.store import Actor
 
     store = SqliteStore(Path(config["database"]))
     actor = Actor("codex", "external")
@@ -273,7 +274,8 @@ def external_role(config: dict[str, Any]) -> None:
 
 
 def bulk_role(config: dict[str, Any]) -> None:
-    from services.board.store import Actor, SqliteStore
+    from services.board.sqlite_store import SqliteStore
+    from services.board.store import Actor
     from shared import events
 
     def rows(tx: Any, start: int, count: int) -> None:

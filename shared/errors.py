@@ -20,7 +20,9 @@ ERROR_STATUS: Final[dict[str, int]] = {
     "EXECUTION_ACTIVE": 409,
     "NOT_ASSIGNEE": 409,
     "NOT_CLAIMABLE": 409,
+    "DEPENDENCY_OPEN": 409,
     "CONFLICT": 409,
+    "AMBIGUOUS_REF": 409,
     "RELATION_EXISTS": 409,
     "RELATION_CYCLE": 409,
     "RELATION_INVALID": 422,
@@ -35,6 +37,7 @@ ERROR_STATUS: Final[dict[str, int]] = {
     "TOO_MANY_STREAMS": 503,
     "STORE_UNAVAILABLE": 503,
     "INTERNAL": 500,
+    "BOARD_NOT_EMPTY": 409,
 }
 
 

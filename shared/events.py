@@ -39,6 +39,18 @@ ATTACHMENT_ADDED: Final = "attachment_added"
 ATTACHMENT_UPDATED: Final = "attachment_updated"
 ATTACHMENT_REMOVED: Final = "attachment_removed"
 IMPORT_COMPLETED: Final = "import_completed"
+# Conditions (shared/conditions.py): signals by default, activity rows by actor ``system`` when a
+# project lists them in ``settings.persist_conditions``.
+WIP_EXCEEDED: Final = "wip_exceeded"
+WIP_CLEARED: Final = "wip_cleared"
+LANE_DRAINED: Final = "lane_drained"
+LANE_REFILLED: Final = "lane_refilled"
+CARD_BLOCKED: Final = "card_blocked"
+CARD_UNBLOCKED: Final = "card_unblocked"
+TRANSITION_REJECTED: Final = "transition_rejected"
+STATUS_TIMEOUT: Final = "status_timeout"
+CARD_IDLE: Final = "card_idle"
+CLAIM_STALE: Final = "claim_stale"
 
 #: Every event name a row may carry, in catalogue order.
 EVENTS: Final[tuple[str, ...]] = (
@@ -70,17 +82,31 @@ EVENTS: Final[tuple[str, ...]] = (
     ATTACHMENT_UPDATED,
     ATTACHMENT_REMOVED,
     IMPORT_COMPLETED,
+    WIP_EXCEEDED,
+    WIP_CLEARED,
+    LANE_DRAINED,
+    LANE_REFILLED,
+    CARD_BLOCKED,
+    CARD_UNBLOCKED,
+    TRANSITION_REJECTED,
+    STATUS_TIMEOUT,
+    CARD_IDLE,
+    CLAIM_STALE,
 )
 EVENT_SET: Final[frozenset[str]] = frozenset(EVENTS)
 
 #: Declared so rows an old importer wrote stay readable; nothing writes them any more.
-HISTORICAL: Final[frozenset[str]] = frozenset({PROGRESS, IMPORT_COMPLETED})
+#: (``import_completed`` is live again: the state import writes it, commands/state_import.py.)
+HISTORICAL: Final[frozenset[str]] = frozenset({PROGRESS})
 
 #: Rows that advance the cursor but are never sent as frames (SPEC §6.4).
 WIRE_NOISE: Final[frozenset[str]] = frozenset({TASK_HEARTBEAT})
 
 #: Events that carry no task (board-wide); every other event names the task it touches.
-TASKLESS: Final[frozenset[str]] = frozenset({PROJECT_CREATED, PROJECT_UPDATED, LABEL_GC, IMPORT_COMPLETED})
+TASKLESS: Final[frozenset[str]] = frozenset({
+    PROJECT_CREATED, PROJECT_UPDATED, LABEL_GC, IMPORT_COMPLETED,
+    WIP_EXCEEDED, WIP_CLEARED, LANE_DRAINED, LANE_REFILLED,  # a column of a project, not a card
+})
 
 #: The actor kinds with meaning; every other kind names a platform an agent runs on.
 HUMAN: Final = "human"
@@ -135,8 +161,11 @@ def task_updated(
     return _compact(fields=list(fields), before=before, after=after, dictionaries=dictionaries, labels=labels)
 
 
-def task_claimed(*, from_: str, to: str, stole_from: str | None = None, reason: str | None = None) -> dict[str, Any]:
-    return _compact(**{"from": from_, "to": to, "stoleFrom": stole_from, "reason": reason})
+def task_claimed(
+    *, from_: str, to: str, stole_from: str | None = None, reason: str | None = None, forced: bool | None = None
+) -> dict[str, Any]:
+    """``forced``: claimed past open blockers (``force`` + reason, SPEC §12)."""
+    return _compact(**{"from": from_, "to": to, "stoleFrom": stole_from, "reason": reason, "forced": forced})
 
 
 def task_heartbeat(*, heartbeat_at: str) -> dict[str, Any]:
@@ -151,6 +180,8 @@ def task_moved(
     awaiting_reason: str | None = None,
     blocked_reason: str | None = None,
     question_comment_id: str | None = None,
+    forced: bool | None = None,
+    reason: str | None = None,
 ) -> dict[str, Any]:
     return _compact(
         **{
@@ -160,6 +191,8 @@ def task_moved(
             "awaitingReason": awaiting_reason,
             "blockedReason": blocked_reason,
             "questionCommentId": question_comment_id,
+            "forced": forced,
+            "reason": reason,
         }
     )
 
@@ -189,14 +222,20 @@ def task_delivered(
     rollup: bool | None = None,
     canceled: int | None = None,
     source: str | None = None,
+    forced: bool | None = None,
+    reason: str | None = None,
 ) -> dict[str, Any]:
     changes = {"from": from_, "to": to, "round": round_, "reportId": report_id}
-    changes.update(_compact(rollup=rollup, canceled=canceled, source=source))
+    changes.update(_compact(rollup=rollup, canceled=canceled, source=source, forced=forced, reason=reason))
     return changes
 
 
-def report_waived(*, from_: str, to: str, round_: int, reason: str, delivery_round: int) -> dict[str, Any]:
-    return {"from": from_, "to": to, "round": round_, "reason": reason, "deliveryRound": delivery_round}
+def report_waived(
+    *, from_: str, to: str, round_: int, reason: str, delivery_round: int, forced: bool | None = None
+) -> dict[str, Any]:
+    changes = {"from": from_, "to": to, "round": round_, "reason": reason, "deliveryRound": delivery_round}
+    changes.update(_compact(forced=forced))
+    return changes
 
 
 def acceptance_changed(*, added: list[dict[str, Any]], revision: int) -> dict[str, Any]:
@@ -256,6 +295,51 @@ def import_completed(**counters: int) -> dict[str, Any]:
     return dict(counters)
 
 
+# -- conditions (docs/conditions.md): the same ``changes`` travel as a signal's and as a row's --
+
+
+def wip_exceeded(*, status: str, count: int, limit: int) -> dict[str, Any]:
+    return {"status": status, "count": count, "limit": limit}
+
+
+def wip_cleared(*, status: str, count: int, limit: int) -> dict[str, Any]:
+    return {"status": status, "count": count, "limit": limit}
+
+
+def lane_drained(*, status: str, count: int) -> dict[str, Any]:
+    return {"status": status, "count": count}
+
+
+def lane_refilled(*, status: str, count: int) -> dict[str, Any]:
+    return {"status": status, "count": count}
+
+
+def card_blocked(*, blockers: list[str]) -> dict[str, Any]:
+    """``blockers``: identifiers of the open ``blocks`` sources."""
+    return {"blockers": list(blockers)}
+
+
+def card_unblocked(*, blockers: list[str]) -> dict[str, Any]:
+    """``blockers``: identifiers of the blockers that held the card last (now none is open)."""
+    return {"blockers": list(blockers)}
+
+
+def transition_rejected(*, from_: str, to: str, code: str) -> dict[str, Any]:
+    return {"from": from_, "to": to, "code": code}
+
+
+def status_timeout(*, status: str, since: str, max_: float) -> dict[str, Any]:
+    return {"status": status, "since": since, "max": max_}
+
+
+def card_idle(*, since: str, threshold: float) -> dict[str, Any]:
+    return {"since": since, "threshold": threshold}
+
+
+def claim_stale(*, claimed_by: str, heartbeat_at: str, threshold: float) -> dict[str, Any]:
+    return {"claimed_by": claimed_by, "heartbeat_at": heartbeat_at, "threshold": threshold}
+
+
 #: Constructor per event name; the golden-fixture test walks this map.
 CONSTRUCTORS: Final = {
     PROJECT_CREATED: project_created,
@@ -286,4 +370,14 @@ CONSTRUCTORS: Final = {
     ATTACHMENT_UPDATED: attachment_updated,
     ATTACHMENT_REMOVED: attachment_removed,
     IMPORT_COMPLETED: import_completed,
+    WIP_EXCEEDED: wip_exceeded,
+    WIP_CLEARED: wip_cleared,
+    LANE_DRAINED: lane_drained,
+    LANE_REFILLED: lane_refilled,
+    CARD_BLOCKED: card_blocked,
+    CARD_UNBLOCKED: card_unblocked,
+    TRANSITION_REJECTED: transition_rejected,
+    STATUS_TIMEOUT: status_timeout,
+    CARD_IDLE: card_idle,
+    CLAIM_STALE: claim_stale,
 }

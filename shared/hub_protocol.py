@@ -150,12 +150,14 @@ def welcome(*, board_url: str, board_id: str | None, revision: int | None) -> di
     return {"type": "welcome", "protocol": HUB_PROTOCOL, "board": {"url": board_url, "board_id": board_id}, "revision": revision}
 
 
-def follow(*, after: int | None = None, idle_ms: int | None = None) -> dict[str, Any]:
+def follow(*, after: int | None = None, idle_ms: int | None = None, signals: bool | None = None) -> dict[str, Any]:
     message: dict[str, Any] = {"type": "follow"}
     if after is not None:
         message["after"] = after
     if idle_ms is not None:
         message["idle_ms"] = idle_ms
+    if signals is not None:
+        message["signals"] = signals
     return message
 
 
@@ -175,6 +177,15 @@ def open_(*, revision: int | None, replay: str) -> dict[str, Any]:
 
 def event(*, revision: int, activity: dict[str, Any]) -> dict[str, Any]:
     return {"type": "event", "revision": revision, "activity": activity}
+
+
+def signal(*, signal: dict[str, Any]) -> dict[str, Any]:
+    """A board condition signal (``event: signal`` on the board's stream), forwarded as it came.
+
+    It has no ``revision``: a signal is a statement about state now, never held in the ring and
+    never replayed; a follower that missed some reads ``GET /api/v1/breaches`` instead.
+    """
+    return {"type": "signal", "signal": signal}
 
 
 def heartbeat(*, revision: int | None) -> dict[str, Any]:

@@ -25,7 +25,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: The metadata key a settings field carries its knob under.
 METADATA_KEY: Final = "taskloom.knob"
 #: Variables several processes read, each with one meaning everywhere (README, docs/operations.md).
-SHARED_ENV: Final = frozenset({"TASKLOOM_DATA_DIR", "TASKLOOM_RUNTIME_DIR", "TASKLOOM_URL", "TASKLOOM_TOKEN"})
+#: ``TASKLOOM_DATABASE_URL`` names the board's PostgreSQL database: one meaning for every board
+#: process on it (and for any tool that reads the board's state directly).
+SHARED_ENV: Final = frozenset({
+    "TASKLOOM_DATA_DIR", "TASKLOOM_RUNTIME_DIR", "TASKLOOM_URL", "TASKLOOM_TOKEN", "TASKLOOM_DATABASE_URL",
+})
 
 
 @dataclasses.dataclass(frozen=True)

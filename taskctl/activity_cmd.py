@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import click
@@ -38,8 +39,16 @@ def list_(project: str | None, task: str | None, events: tuple[str, ...], actor_
     })
     page: dict[str, Any] = inv.call("GET", "/activities", query=query)
 
+    # The cursor continues this listing only: the next page's command repeats every filter.
+    again = ["taskctl", "activity", "list"]
+    for flag, value in (("-p", project), ("-t", task), ("-e", ",".join(names) or None), ("--by", actor_filter),
+                        ("--after", after), ("--order", order if order != "asc" else None),
+                        ("--limit", limit if limit != limits.PAGE_LIMIT_DEFAULT else None)):
+        if value is not None:
+            again += [flag, str(value)]
+
     def human(page: dict[str, Any]) -> None:
         inv.out.table(page["items"], ACTIVITY_COLUMNS, empty="no activity")
-        next_cursor(inv.out, page, "taskctl activity list")
+        next_cursor(inv.out, page, shlex.join(again))
 
     inv.out.result(page, human)

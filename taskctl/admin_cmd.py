@@ -88,5 +88,12 @@ def status() -> None:
         "data_dir": remote.get("data_dir", found.data_dir),
         "token_file": remote.get("token_file") or (str(found.token_file) if found.token_file else None),
         "uptime_seconds": remote.get("uptime_seconds"),
+        # The activity log: how much is kept, and below which revision readers must reload.
+        "durability": remote.get("durability"),
+        "log_rows": remote.get("log_rows"),
+        "log_bytes": remote.get("log_bytes"),
+        "floor": remote.get("floor"),
+        "oldest_revision": remote.get("oldest_revision"),
+        "event_retention_days": remote.get("event_retention_days"),
     }
     inv.out.result(data, lambda d: inv.out.fields(list(d.items())))

@@ -41,7 +41,36 @@ def add(ref: str, text: str | None, source: str | None, kind: str | None) -> Non
     inv = current()
     body = drop_none({"body": text_or_file(text, source, "comment"), "kind": kind})
     added = inv.call("POST", f"/tasks/{ref}/comments", body)
-    inv.out.result(added, lambda c: inv.out.echo(f"added {c['kind']} comment {c['id']} to {ref}"))
+    resumed = _resumed_by(inv, ref, added)
+    added = {**added, "resumed": resumed is not None}
+
+    def human(c: dict[str, Any]) -> None:
+        inv.out.echo(f"added {c['kind']} comment {c['id']} to {ref}")
+        if resumed is not None:
+            inv.out.echo(f"resumed {ref}: {resumed.get('from', 'awaiting')} → {resumed.get('to', 'todo')} "
+                         "(this answer lets its worker pick it up again)")
+
+    inv.out.result(added, human)
+
+
+#: How far back the comment's own rows are looked for: the resume is written right after it.
+RESUME_LOOKBACK = 10
+
+
+def _resumed_by(inv: Any, ref: str, added: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``task_resumed`` changes this comment caused (a human's answer to an awaiting task), if any.
+
+    The board resumes in the comment's own transaction and names the comment in the row, so this
+    is a read of what happened, not a guess from the status.
+    """
+    if added.get("actor_kind") != "human":
+        return None  # only a human's comment resumes (SPEC §4.4)
+    rows = inv.call("GET", f"/tasks/{ref}/activities", query={"order": "desc", "limit": RESUME_LOOKBACK})["items"]
+    for row in rows:
+        changes = row.get("changes") or {}
+        if row.get("event") == "task_resumed" and changes.get("commentId") == added.get("id"):
+            return dict(changes)
+    return None
 
 
 @command(comment, "list")

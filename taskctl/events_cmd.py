@@ -1,9 +1,12 @@
 """``taskctl events tail``: follow the board's SSE stream directly and print one NDJSON record a line.
 
-Records (SPEC §10): ``{"type":"open","after":N}``, ``{"type":"event","revision":R,"activity":{…}}``,
+Records (SPEC §10): ``{"type":"open","after":N,"board_id":ID}``, ``{"type":"event","revision":R,"activity":{…}}``,
 ``{"type":"shutdown","reason":…}``, ``{"type":"eof","revision":N}`` and
-``{"type":"error","code":…,"message":…,"resume_after":N}``. Exit 0 after a shutdown frame or the
-end of the stream, 1 after a stream error (resume with ``--after N``).
+``{"type":"error","code":…,"message":…,"resume_after":N}``, and, when ``--board-id`` names
+another board than the one answering (restored from a backup: a new epoch),
+``{"type":"reset","reason":"board_changed","board_id":…,"previous_board_id":…,"revision":N}``.
+Exit 0 after a shutdown frame or the end of the stream, 1 after a stream error or a reset
+(resume with ``--after N --board-id ID``).
 
 Standard library HTTP plus the shared SSE parser: no aiohttp import, so the command starts fast.
 """
@@ -52,13 +55,13 @@ def _error(emit: Emit, code: str, message: str, resume_after: int | None) -> int
     return 1
 
 
-def _head(board: Board) -> int:
-    """The board's head revision, so the ``open`` record names the cursor the stream starts from."""
+def _meta(board: Board) -> dict[str, Any]:
+    """The board's id and head revision: the ``open`` record names both (SPEC §7.2's epoch check)."""
     from .http import BoardHttp
 
     with BoardHttp(board) as http:
-        meta = http.call("GET", "/api/v1/meta")
-    return int(meta["revision"])
+        meta: dict[str, Any] = http.call("GET", "/api/v1/meta")
+    return meta
 
 
 def tail_stream(
@@ -69,6 +72,7 @@ def tail_stream(
     task: str | None = None,
     event_names: list[str] | None = None,
     emit: Emit,
+    board_id: str | None = None,
 ) -> int:
     """Follow the stream from ``after`` until it ends; returns the exit code."""
     parts = urllib.parse.urlsplit(board.url)
@@ -94,7 +98,7 @@ def tail_stream(
                 return _error(emit, str(error["code"]), str(error["message"]), cursor)
             except (ValueError, KeyError, TypeError):
                 return _error(emit, "HTTP_ERROR", f"the board answered {response.status}", cursor)
-        emit({"type": "open", "after": after})
+        emit({"type": "open", "after": after, **({"board_id": board_id} if board_id else {})})
         while True:
             try:
                 chunk = response.read1(READ_CHUNK)
@@ -138,20 +142,33 @@ def _reason(message: SSEMessage) -> str | None:
 @click.option("--task", type=TaskRef(), help="Only this task's rows (uuid or identifier).")
 @click.option("--event", "event_names", multiple=True, metavar="NAME",
               help="Only these event names (repeat, or a comma list).")
-def tail(after: int | None, project: str | None, task: str | None, event_names: tuple[str, ...]) -> None:
+@click.option("--board-id", "expected_board", metavar="ID",
+              help="Resume only on this board (the open record's board_id); another one is a reset.")
+def tail(
+    after: int | None, project: str | None, task: str | None, event_names: tuple[str, ...], expected_board: str | None
+) -> None:
     """Print the board's live event stream as NDJSON, one record a line.
 
     \b
     Exit 0 when the board ends the stream (shutdown or end of stream), 1 on a stream error;
-    the error record's resume_after is the --after to continue from.
+    the error record's resume_after is the --after to continue from. Resume with the open
+    record's board_id as --board-id too: a board restored from a backup has a new id, and
+    its revisions past the backup are not the ones you saw. Then the tail prints
+    {"type":"reset","reason":"board_changed",…} and exits 1: reload the state, follow anew.
     """
     emit = ndjson_printer(sys.stdout)
     names = [name for value in event_names for name in value.split(",") if name]
     try:
         board = current().board()
-        start = after if after is not None else _head(board)
+        meta = _meta(board)
     except TaskctlError as error:
         code = _error(emit, error.code, error.message, after)
         raise click.exceptions.Exit(code) from None
-    code = tail_stream(board, after=start, project=project, task=task, event_names=names or None, emit=emit)
+    if expected_board is not None and meta.get("board_id") != expected_board:
+        emit({"type": "reset", "reason": "board_changed", "board_id": meta.get("board_id"),
+              "previous_board_id": expected_board, "revision": meta.get("revision")})
+        raise click.exceptions.Exit(1)
+    start = after if after is not None else int(meta["revision"])
+    code = tail_stream(board, after=start, project=project, task=task, event_names=names or None, emit=emit,
+                       board_id=meta.get("board_id"))
     raise click.exceptions.Exit(code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -80,20 +81,42 @@ def gc(project: str | None, ttl_days: int | None, dry_run: bool) -> None:
     inv.out.result(result, human)
 
 
-@click.command("actors")
-@click.option("--kind", help="Only actors of this kind (human, or a platform name).")
-@click.option("--limit", type=click.IntRange(1, limits.PAGE_LIMIT_MAX), default=limits.PAGE_LIMIT_DEFAULT, show_default=True,
-              help="Page size.")
-@click.option("--cursor", help="Continue from a previous page's next cursor.")
-@click.option("--all", "all_pages", is_flag=True, help="Follow the cursor through every page.")
-@global_options
-def actors(kind: str | None, limit: int, cursor: str | None, all_pages: bool) -> None:
-    """List the assignees and reporters the board knows."""
+def _actor_filters(f: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed((
+        click.option("--kind", help="Only actors of this kind (human, or a platform name)."),
+        click.option("--limit", type=click.IntRange(1, limits.PAGE_LIMIT_MAX), default=limits.PAGE_LIMIT_DEFAULT,
+                     show_default=True, help="Page size."),
+        click.option("--cursor", help="Continue from a previous page's next cursor."),
+        click.option("--all", "all_pages", is_flag=True, help="Follow the cursor through every page."),
+    )):
+        f = option(f)
+    return f
+
+
+def _list_actors(kind: str | None, limit: int, cursor: str | None, all_pages: bool) -> None:
     inv = current()
     page = _page("/actors", drop_none({"kind": kind, "limit": limit, "cursor": cursor}), all_pages)
 
     def human(page: dict[str, Any]) -> None:
         inv.out.table(page["items"], ACTOR_COLUMNS, empty="no actors yet")
-        next_cursor(inv.out, page, "taskctl actors")
+        next_cursor(inv.out, page, "taskctl actors list")
 
     inv.out.result(page, human)
+
+
+# `taskctl actors` and `taskctl actors list` both list: every other group reads its listing as `list`.
+@click.group("actors", invoke_without_command=True)
+@_actor_filters
+@global_options
+@click.pass_context
+def actors(ctx: click.Context, kind: str | None, limit: int, cursor: str | None, all_pages: bool) -> None:
+    """List the assignees and reporters the board knows (`taskctl actors` is `taskctl actors list`)."""
+    if ctx.invoked_subcommand is None:
+        _list_actors(kind, limit, cursor, all_pages)
+
+
+@command(actors, "list")
+@_actor_filters
+def actors_list(kind: str | None, limit: int, cursor: str | None, all_pages: bool) -> None:
+    """List the assignees and reporters the board knows."""
+    _list_actors(kind, limit, cursor, all_pages)

@@ -76,6 +76,7 @@ def subscribe(
     agents: tuple[str, ...],
     director: str | None,
     on_wake: str,
+    wake_on_timeout: tuple[str, ...],
     state_dir: Path | None,
     start_hub: bool,
     verbose: bool,
@@ -85,8 +86,10 @@ def subscribe(
 
     \b
     Wakes on new, moved, reopened, delivered and resumed tasks, reports, relations, dispatch
-    field updates, questions and human comments; never on this loop's own agents' writes (except
-    a release back to todo or a question), heartbeats or board housekeeping. Wakes are coalesced
+    field updates, questions and human comments, and on the board's card_unblocked and
+    claim_stale conditions (status_timeout only for --wake-on-timeout statuses); never on this
+    loop's own agents' writes (except a release back to todo or a question), heartbeats or board
+    housekeeping. Wakes are coalesced
     (300 ms debounce, 2 s at most, one turn a minute). A turn needs a live resident pool
     (<state-dir>/sessions.state.json) and the continue lock (<state-dir>/continue.lock).
     Publishes <state-dir>/subscribe.state.json; stops cleanly on SIGTERM/SIGINT (exit 0).
@@ -122,7 +125,7 @@ def subscribe(
             {"board": board.url, "agents": list(agents), "director": director, "state_dir": str(directory)},
             flush_interval=timing.state_flush,
         )
-        who = LoopIdentity(agents=frozenset(agents), director=director)
+        who = LoopIdentity(agents=frozenset(agents), director=director, wake_on_timeout=frozenset(wake_on_timeout))
 
         async def main() -> int:
             subscriber = Subscriber(
@@ -241,6 +244,11 @@ def status(state_dir: Path | None) -> None:
     directory = _state_dir(state_dir)
     report = st.status(directory)
     data = {**report.as_dict(), "state_dir": str(directory)}
+    if report.running:
+        # Read now, not as last published: the pool file is the supervisor's and changes on its own.
+        from services.subscriber.turns import waiting_for
+
+        data["waiting_for"] = waiting_for(directory)
 
     def human(info: dict[str, Any]) -> None:
         record = info.get("record") or {}
@@ -263,6 +271,7 @@ def status(state_dir: Path | None) -> None:
                 ("revision", record.get("revision")),
                 ("last wake", record.get("last_wake_at")),
                 ("last turn", f"{last.get('outcome')}: {last.get('reason')}" if last else None),
+                ("waiting for", _waiting_text(info.get("waiting_for"))),
                 ("turns", f"ran {turns.get('ran', 0)}, refused {turns.get('refused', 0)}, skipped {turns.get('skipped', 0)}"),
                 ("problem", record.get("last_problem") if info["state"] in (st.RECONNECTING, st.UNAUTHORIZED) else None),
                 ("updated", record.get("updated_at")),
@@ -273,6 +282,13 @@ def status(state_dir: Path | None) -> None:
     inv.out.result(data, human)
     if not report.running:
         raise click.exceptions.Exit(EXIT_NOT_RUNNING)
+
+
+def _waiting_text(waiting: Any) -> str | None:
+    """The pool file turns wait for, and why (missing, empty, dead pids…), when there is none."""
+    if not isinstance(waiting, dict) or not waiting.get("file"):
+        return None
+    return f"{waiting['file']} (no live resident pool: {waiting.get('reason', '?')}; turns are skipped until it lists one)"
 
 
 # -- install / uninstall -------------------------------------------------------------------------
@@ -311,6 +327,8 @@ def _next_steps(supervisor: str, target: Path, names: list[str], *, install: boo
 @click.option("--director", callback=subscriber_settings.check_director, metavar="NAME", help="The decision lane's actor id.")
 @click.option("--on-wake", "on_wake", required=True, callback=subscriber_settings.check_on_wake, metavar="CMD",
               help="The subscriber's continue-turn command.")
+@click.option("--wake-on-timeout", "wake_on_timeout", multiple=True, callback=subscriber_settings.check_timeout_statuses,
+              metavar="STATUS", help="Passed to the subscriber: also wake when a card times out in STATUS (repeatable).")
 @STATE_DIR_OPTION
 @click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,
               help="The board's port on 127.0.0.1.")
@@ -324,6 +342,7 @@ def install(
     agents: tuple[str, ...],
     director: str | None,
     on_wake: str,
+    wake_on_timeout: tuple[str, ...],
     state_dir: Path | None,
     port: int,
     data_dir: Path | None,
@@ -359,6 +378,7 @@ def install(
             agents=agents,
             on_wake=on_wake,
             director=director,
+            wake_on_timeout=wake_on_timeout,
             path=os.environ.get("PATH") or os.defpath,
             supervised_hub=with_hub,
         )

@@ -33,15 +33,21 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "actors": ("taskctl.labels_cmd:actors", "List the assignees and reporters the board knows."),
     "activity": ("taskctl.activity_cmd:activity", "Read the activity log (filters, keyset cursor)."),
     "events": ("taskctl.events_cmd:events", "Watch the live event stream (tail, follow, hub)."),
-    "export": ("taskctl.export_cmd:export", "Card briefs as markdown (md, watch)."),
+    "export": ("taskctl.export_cmd:export", "Card briefs as markdown (md, watch); the card state (state)."),
     "loop": ("taskctl.loop_cmd:loop", "Wake an agent supervisor when work is actionable."),
     "token": ("taskctl.admin_cmd:token", "Rotate the board token."),
     "open": ("taskctl.admin_cmd:open_board", "Open the board in a browser with a one-time login link."),
     "board": ("taskctl.admin_cmd:board", "The board's identity and where it runs."),
+    "import": ("taskctl.lifecycle_cmd:import_group", "Import a state export into a board without projects."),
+    "conditions": ("taskctl.conditions_cmd:conditions", "What the board sees holding now (WIP, blockers, stale claims)."),
+    "mcp": ("taskctl.mcp_server:mcp_command", "Serve the agent tools over stdio (Model Context Protocol)."),
 }
 #: Commands other modules add to a lazily loaded group: group → [(module, attribute names)].
 EXTENSIONS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "events": [("taskctl.follow_cmd", ("follow", "hub"))],
+    "export": [("taskctl.lifecycle_cmd", ("state",))],
+    "board": [("taskctl.lifecycle_cmd", ("backup", "compact", "settings"))],
+    "task": [("taskctl.ready_cmd", ("ready",))],
 }
 
 
@@ -148,6 +154,15 @@ def _wants_json(argv: list[str]) -> bool:
     return bool(LAST and LAST[0].json) or "--json" in argv
 
 
+def usage_error(error: click.UsageError) -> TaskctlError:
+    """A usage error as the ``--json`` envelope's error: code USAGE, click's message, where to read more."""
+    command = error.ctx.command_path if error.ctx is not None else "taskctl"
+    details = {"command": command}
+    if error.ctx is not None:
+        details["usage"] = error.ctx.get_usage()
+    return TaskctlError("USAGE", error.format_message(), details=details, hint=f"see {command} --help")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -158,7 +173,13 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 1
-    except click.ClickException as error:  # usage errors: exit 2 with click's own message
+    except click.UsageError as error:  # exit 2; with --json a script reads why on stdout, as for any failure
+        if _wants_json(args):
+            Output(json=True).failure(usage_error(error))
+        else:
+            error.show()
+        return error.exit_code
+    except click.ClickException as error:  # click's own message and exit code
         error.show()
         return error.exit_code
     except KeyboardInterrupt:

@@ -23,7 +23,6 @@ from .command import (
 from .http import paginate
 from .render import TASK_COLUMNS, next_cursor, task_fields, task_line
 
-PRIORITY_RANK = {name: rank for rank, name in enumerate(reversed(domain.PRIORITIES))}  # urgent first
 PROJECT_HELP = "Project id (default: TASKLOOM_PROJECT)."
 
 
@@ -74,9 +73,11 @@ def project_for_create(inv: Invocation, given: str | None) -> str:
 @click.option("--acceptance-mode", type=click.Choice(domain.ACCEPTANCE_MODES), help="review (default) or none.")
 @click.option("--meta", metavar="JSON", help="A JSON object of free-form metadata.")
 @click.option("--idem", metavar="KEY", help="Idempotency key: a live task holding it is returned instead.")
+@click.option("--parent", type=REF, metavar="EPIC", help="Create it as a child of this epic (one transaction).")
 def create(title: str, project: str | None, description: str | None, description_file: str | None, kind: str | None,
            priority: str | None, status: str | None, labels: tuple[str, ...], assignee: str | None,
-           reporter: str | None, acceptance_mode: str | None, meta: str | None, idem: str | None) -> None:
+           reporter: str | None, acceptance_mode: str | None, meta: str | None, idem: str | None,
+           parent: str | None) -> None:
     """Create a task titled TITLE."""
     inv = current()
     description = text_or_file(description, description_file, "description", required=False)
@@ -97,6 +98,7 @@ def create(title: str, project: str | None, description: str | None, description
         "acceptance_mode": acceptance_mode,
         "meta": json_object(meta, "--meta"),
         "idem": idem,
+        "parent": parent,
     })
     reply = inv.http().request_raw("POST", "/api/v1/tasks", json=body)
     if reply.status >= 400:
@@ -150,6 +152,27 @@ def show(ref: str) -> None:
     """Show one task."""
     inv = current()
     inv.out.result(inv.call("GET", _path(ref)), lambda t: task_fields(inv.out, t))
+
+
+@command(task, "history")
+@click.argument("ref", type=REF)
+def history(ref: str) -> None:
+    """A task's history, oldest first: the timeline its brief's History section shows.
+
+    With --json: {"task": {id, identifier, status, revision}, "items": [entry, …]}, each entry
+    {at, revision, actor: {kind, id}, event, text, changes, activity_ids, last_at} (docs/agents.md).
+    """
+    inv = current()
+
+    def human(data: dict[str, Any]) -> None:
+        if not data["items"]:
+            inv.out.note(f"no history for {data['task']['identifier']}")
+        for entry in data["items"]:
+            revision = f" · r{entry['revision']}" if entry.get("revision") is not None else ""
+            actor = entry["actor"]
+            inv.out.echo(f"{entry['at']}{revision} · {actor['id']} ({actor['kind']}) · {entry['text']}")
+
+    inv.out.result(inv.call("GET", _path(ref, "history")), human)
 
 
 @command(task, "update")
@@ -259,14 +282,26 @@ def ask(ref: str, question: str | None, source: str | None, if_version: int | No
     inv.out.result(inv.call("POST", _path(ref, "ask"), body), lambda t: task_line(inv.out, "asked about", t))
 
 
+def reason_given(argument: str | None, option: str | None) -> str:
+    """The reason as the argument or as ``--reason``: one of them, not both."""
+    if argument is not None and option is not None:
+        raise click.UsageError("give the reason as the argument or with --reason, not both")
+    reason = argument if argument is not None else option
+    if reason is None:
+        raise click.UsageError(f"the reason is missing: give it as the argument or with --reason "
+                               f"(at least {domain.MIN_REASON_CHARS} characters)")
+    return reason
+
+
 @command(task, "reopen")
 @click.argument("ref", type=REF)
-@click.option("--reason", required=True, help="Why it reopens (at least 8 characters).")
+@click.argument("reason_text", metavar="[REASON]", required=False)
+@click.option("--reason", help="Why it reopens (at least 8 characters); or give it as the argument.")
 @IF_VERSION
-def reopen(ref: str, reason: str, if_version: int | None) -> None:
-    """Reopen a done or canceled task (back to todo, next delivery round)."""
+def reopen(ref: str, reason_text: str | None, reason: str | None, if_version: int | None) -> None:
+    """Reopen a done or canceled task (back to todo, next delivery round), saying why."""
     inv = current()
-    body = drop_none({"reason": reason, "if_version": if_version})
+    body = drop_none({"reason": reason_given(reason_text, reason), "if_version": if_version})
     inv.out.result(inv.call("POST", _path(ref, "reopen"), body), lambda t: task_line(inv.out, "reopened", t))
 
 
@@ -282,7 +317,8 @@ def archive(ref: str, if_version: int | None) -> None:
 
 @command(task, "deliver")
 @click.argument("ref", type=REF)
-@click.option("--report-file", metavar="FILE|-", help="The delivery report (markdown), or - for stdin.")
+@click.option("-f", "--report-file", "--file", "report_file", metavar="FILE|-",
+              help="The delivery report (markdown), or - for stdin (as `report write -f`).")
 @click.option("--report-id", help="Deliver with a report already written this round.")
 @IF_VERSION
 def deliver(ref: str, report_file: str | None, report_id: str | None, if_version: int | None) -> None:
@@ -304,25 +340,14 @@ def deliver(ref: str, report_file: str | None, report_id: str | None, if_version
 
 @command(task, "waive")
 @click.argument("ref", type=REF)
-@click.option("--reason", required=True, help="Why no report (at least 8 characters).")
+@click.argument("reason_text", metavar="[REASON]", required=False)
+@click.option("--reason", help="Why no report (at least 8 characters); or give it as the argument.")
 @IF_VERSION
-def waive(ref: str, reason: str, if_version: int | None) -> None:
+def waive(ref: str, reason_text: str | None, reason: str | None, if_version: int | None) -> None:
     """Move a task to in_review without a report; the reason is stamped on it."""
     inv = current()
-    body = drop_none({"reason": reason, "if_version": if_version})
+    body = drop_none({"reason": reason_given(reason_text, reason), "if_version": if_version})
     inv.out.result(inv.call("POST", _path(ref, "waive"), body), lambda t: task_line(inv.out, "waived report for", t))
-
-
-def claimable_by(task: dict[str, Any], kind: str, actor_id: str) -> bool:
-    if task.get("kind") == "epic" or task.get("status") != "todo" or task.get("archived_at"):
-        return False
-    return task.get("assignee_id") is None or (task.get("assignee_kind"), task.get("assignee_id")) == (kind, actor_id)
-
-
-def rank_candidates(tasks: list[dict[str, Any]], kind: str, actor_id: str) -> list[dict[str, Any]]:
-    """Todo tasks I could claim: unassigned or mine, not epics; urgent first, then oldest first."""
-    mine = [t for t in tasks if claimable_by(t, kind, actor_id)]
-    return sorted(mine, key=lambda t: (PRIORITY_RANK.get(t.get("priority", "medium"), 9), t.get("created_at") or ""))
 
 
 @command(task, "candidates")
@@ -330,11 +355,12 @@ def rank_candidates(tasks: list[dict[str, Any]], kind: str, actor_id: str) -> li
 @click.option("-l", "--label", help="Only tasks carrying this label.")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most this many.")
 def candidates(project: str | None, label: str | None, limit: int) -> None:
-    """Todo tasks you could claim now, most urgent first."""
+    """Tasks you could claim now, most urgent first: the board's ready rule, for you."""
+    from .ready_cmd import ready_tasks
+
     inv = current()
     me = inv.who()
-    query = drop_none({"project": project, "status": ["todo"], "label": label, "limit": limits.PAGE_LIMIT_MAX})
-    ranked = rank_candidates(list(paginate(inv.http(), "/api/v1/tasks", query)), me.kind, me.id)[:limit]
+    ranked = ready_tasks(inv, project=project, actor=me.id, label=label, limit=limit)
     inv.out.result({"items": ranked, "next_cursor": None},
                    lambda page: inv.out.table(page["items"], TASK_COLUMNS, empty=f"nothing for {me} to claim"))
 

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.board import BoardClient, RunningBoard, TaskdProcess, start_board
 from tests.support.no_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
+from tests.support.postgres import pg_cluster, postgres_url  # noqa: F401 (fixtures: throwaway PostgreSQL)
 
 
 @pytest.fixture

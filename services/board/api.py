@@ -22,7 +22,7 @@ from shared.json_bounds import check_free_form, check_json
 
 from .keys import DEFAULT_ACTOR, SETTINGS
 from .settings import BoardSettings
-from .store import Actor, SqliteStore
+from .store import Actor, WriterStore
 
 MAX_BODY_BYTES = limits.MAX_BODY_BYTES
 MAX_ATTACHMENT_BYTES = limits.MAX_ATTACHMENT_BYTES
@@ -202,7 +202,7 @@ class Call:
     """What a handler gets: the validated query and body, the path parameters, the store."""
 
     request: web.Request
-    store: SqliteStore
+    store: WriterStore
     query: dict[str, Any]
     body: dict[str, Any]
     path: Mapping[str, str]
@@ -310,7 +310,7 @@ def parse_json(data: bytes) -> Any:
         raise validation(f"the request body is not valid JSON: {exc}") from exc
 
 
-def to_aiohttp(route: Route, store_key: web.AppKey[SqliteStore]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+def to_aiohttp(route: Route, store_key: web.AppKey[WriterStore]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         query = check_query(request.query, route.query)
         body: dict[str, Any] = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import AsyncIterator
 from http.cookies import SimpleCookie
 
@@ -11,9 +13,12 @@ from aiohttp.typedefs import Handler
 
 from shared.errors import TaskloomError
 
-from . import api, auth, stream_registry, ui
+from . import api, auth, compaction, stream_registry, ui
 from .api import Route
+from .client_stream import TOKEN_ROTATED
+from .conditions.timer import ConditionsEngine
 from .keys import (
+    CONDITIONS,
     CREDENTIALS,
     DEFAULT_ACTOR,
     LOG_READER,
@@ -27,7 +32,8 @@ from .routes import ALL_ROUTES
 from .settings import (
     BoardSettings,  # re-exported: BoardSettings has long been imported from here
 )
-from .store import SqliteStore
+from .sqlite_store import SqliteStore
+from .store import SharedSecrets, WriterStore
 
 log = structlog.get_logger("taskd")
 
@@ -189,7 +195,56 @@ def register(app: web.Application, routes: list[Route]) -> None:
             app.router.add_route(route.method, route.path, handler)
 
 
-def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> web.Application:
+def open_store(settings: BoardSettings) -> WriterStore:
+    """The engine the settings name: a PostgreSQL URL, else the SQLite file in the data directory."""
+    if settings.database:
+        from .postgres_store import PostgresStore  # psycopg is loaded only by a board that uses it
+
+        return PostgresStore(settings.database)
+    return SqliteStore(settings.database_path, synchronous=settings.durability)
+
+
+async def share_credentials(app: web.Application) -> None:
+    """On a database several board processes serve, the token is the database's, not the file's.
+
+    The first process to start stores its token; every other one takes it (and writes it to its own
+    token file, so a local ``taskctl`` finds it). A rotation on any process reaches the others.
+    """
+    store = app[STORE]
+    if not isinstance(store, SharedSecrets):
+        return
+    credentials = app[CREDENTIALS]
+    settings = app[SETTINGS]
+    loop = asyncio.get_running_loop()
+    token = await loop.run_in_executor(None, functools.partial(
+        store.write_secret, auth.TOKEN_SECRET, credentials.token, only_if_absent=True))
+    if token != credentials.token:
+        await loop.run_in_executor(None, auth.write_token, settings.token_path, token)
+        credentials.replace_token(token)
+
+    async def reload_token() -> None:
+        stored = await loop.run_in_executor(None, store.read_secret, auth.TOKEN_SECRET)
+        if stored is None or stored == credentials.token:
+            return
+        await loop.run_in_executor(None, auth.write_token, settings.token_path, stored)
+        credentials.replace_token(stored)
+        registry = app[STREAMS]
+        streams = list(registry)
+        for stream in streams:
+            stream.end(TOKEN_ROTATED)
+        log.info("token_rotated_elsewhere", fingerprint=auth.token_fingerprint(stored), streams_closed=len(streams))
+
+    pending: set[asyncio.Task[None]] = set()
+
+    def reload_soon() -> None:
+        task = asyncio.ensure_future(reload_token())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    store.add_token_listener(reload_soon)
+
+
+def create_app(settings: BoardSettings, *, store: WriterStore | None = None) -> web.Application:
     """The board application; it owns (opens and closes) its store unless one is passed in."""
     app = web.Application(
         middlewares=[errors_middleware, guard_middleware],
@@ -206,13 +261,14 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
         absolute_seconds=settings.session_absolute_seconds,
     )
     owned = store is None
-    app[STORE] = store or SqliteStore(settings.database_path)
+    app[STORE] = store or open_store(settings)
 
     async def store_lifecycle(app: web.Application) -> AsyncIterator[None]:
         if owned:
             app[STORE].open()
         board_id = await app[STORE].query(lambda conn: activities.board_meta(conn)["board_id"])
         app[CREDENTIALS].bind_board(board_id)
+        await share_credentials(app)
         yield
         if owned:
             app[STORE].close()
@@ -223,5 +279,16 @@ def create_app(settings: BoardSettings, *, store: SqliteStore | None = None) -> 
     app.on_response_prepare.append(renew_session)
     register(app, ALL_ROUTES)
     app[LOG_READER], app[STREAMS] = stream_registry.setup(app, settings=settings, store=app[STORE])
+    engine = app[CONDITIONS] = ConditionsEngine(app[STORE], claim_fresh_seconds=settings.claim_fresh_seconds)
+    engine.add_signal_listener(app[STREAMS].broadcast_signal)
+
+    async def conditions_lifecycle(app: web.Application) -> AsyncIterator[None]:
+        # After the store opened; stops before it closes (cleanup runs in reverse order).
+        await engine.start()
+        yield
+        await engine.stop()
+
+    app.cleanup_ctx.append(conditions_lifecycle)
     ui.setup(app)
+    compaction.setup(app, store_key=STORE, settings_key=SETTINGS)
     return app

@@ -46,6 +46,8 @@ SESSION_ABSOLUTE_SECONDS: Final = 7 * 24 * 60 * 60
 #: A cookie in use is re-issued with a new ``seen`` at most this often (one Set-Cookie a minute).
 RENEW_AFTER: Final = 60.0
 LOGIN_CODE_TTL = 600.0
+#: The token's key among the secrets a shared database keeps (``store.SharedSecrets``).
+TOKEN_SECRET: Final = "token"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -119,6 +121,10 @@ class Credentials:
 
     def bind_board(self, board_id: str) -> None:
         self.cookie_name = session_cookie_name(board_id)
+
+    @property
+    def token(self) -> str:
+        return self._token
 
     def replace_token(self, token: str) -> None:
         self._token = token

@@ -13,41 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any
 
-#: Longest excerpt of free text on one History line; the full text is in its own section.
-EXCERPT_CHARS: Final = 120
-#: Longest rendering of one before/after value on a History line.
-VALUE_CHARS: Final = 80
-
-Card = Mapping[str, Any]
-Row = Mapping[str, Any]
-
-
-# -- small text helpers ------------------------------------------------------------------------
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _quote(text: str, limit: int = EXCERPT_CHARS) -> str:
-    """Free text on a History line: one line, clipped, in double quotes."""
-    return json.dumps(_clip(_one_line(text), limit), ensure_ascii=False)
-
-
-def _value(value: Any) -> str:
-    """One before/after value: ``none``, a quoted string, or compact JSON."""
-    if value is None:
-        return "none"
-    if isinstance(value, str):
-        return _quote(value, VALUE_CHARS)
-    return _clip(json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(", ", ": ")), VALUE_CHARS)
+# The History section is rendered from the one timeline computation (queries/history.py), which
+# GET /tasks/{ref}/history answers as JSON; the small phrasing helpers live with it.
+from .queries.history import Card, history_line, one_line, relation_phrase, timeline, who
 
 
 def _yaml(value: Any) -> str:
@@ -68,11 +39,15 @@ def _token(value: str | None) -> str:
     return "null" if value is None else str(value)
 
 
-def who(kind: str | None, actor_id: str | None) -> str:
-    """An actor as people read it: ``worker-1 (claude)``."""
-    if actor_id is None:
-        return "nobody"
-    return f"{actor_id} ({kind})" if kind else str(actor_id)
+def history_lines(card: Card) -> list[str]:
+    """The History section's lines: the card's timeline, oldest first, after a note when retention
+    archived the card's earlier events."""
+    lines = [history_line(entry) for entry in timeline(card)]
+    archived = card.get("archived_through")
+    if archived:
+        lines.insert(0, f"- _Earlier events (up to revision {archived}) were archived by retention:"
+                        " `<data_dir>/archive/activities-*.jsonl.gz` on the board._")
+    return lines
 
 
 #: CommonMark ATX headings and code fences (spec 0.31 §4.2, §4.5), enough to keep bodies in place.
@@ -100,313 +75,6 @@ def nested(text: str, depth: int) -> list[str]:
         lines.append(line)
     if marks:
         lines.append(marks)
-    return lines
-
-
-# -- relations ---------------------------------------------------------------------------------
-
-#: How a relation reads from each end. The row's source relates to its target:
-#: ``blocks`` source blocks target; ``parent`` source is the epic of target; ``review_of`` source
-#: is the review card of target.
-_FROM_SOURCE: Final = {"blocks": "blocks", "parent": "parent of", "related": "related to", "review_of": "review of"}
-_FROM_TARGET: Final = {
-    "blocks": "blocked by", "parent": "child of", "related": "related to", "review_of": "reviewed by",
-}
-
-
-def relation_phrase(rel_type: str, source: str, target: str, me: str, name: Callable[[str], str]) -> str:
-    """``blocked by DEMO-0003`` from this card's point of view."""
-    if target == me or name(target) == name(me):
-        return f"{_FROM_TARGET.get(rel_type, rel_type + ' from')} {name(source)}"
-    if source == me or name(source) == name(me):
-        return f"{_FROM_SOURCE.get(rel_type, rel_type)} {name(target)}"
-    return f"{name(source)} {_FROM_SOURCE.get(rel_type, rel_type)} {name(target)}"
-
-
-# -- history -----------------------------------------------------------------------------------
-
-
-class _Context:
-    """What History lines may look up: comments by id, and identifiers of other cards."""
-
-    def __init__(self, card: Card) -> None:
-        self.task = card["task"]
-        self.comments = {comment["id"]: comment for comment in card.get("comments", ())}
-        self.identifiers: Mapping[str, str] = card.get("identifiers", {})
-        self.previous: Row | None = None
-
-    def name(self, task_ref: str) -> str:
-        return self.identifiers.get(task_ref, task_ref)
-
-    def follows_comment(self, comment_id: str | None) -> bool:
-        """Whether the line just before is the ``comment_added`` of this comment (one command wrote both)."""
-        row = self.previous
-        return bool(comment_id) and row is not None and row["event"] == "comment_added" and (
-            (row.get("changes") or {}).get("commentId") == comment_id
-        )
-
-    def comment_excerpt(self, comment_id: str | None) -> str | None:
-        comment = self.comments.get(comment_id) if comment_id else None
-        return _quote(comment["body"]) if comment else None
-
-
-def _arrow(c: Row) -> str:
-    return f"{c.get('from', '?')} → {c.get('to', '?')}"
-
-
-def _reason(text: Any) -> str:
-    return f": {_quote(text)}" if text else ""
-
-
-def _items(entries: Iterable[Any]) -> str:
-    shown = []
-    for entry in entries:
-        if isinstance(entry, Mapping):
-            text = entry.get("text")
-            shown.append(_quote(text) if text else str(entry.get("id", "?")))
-        else:
-            shown.append(_quote(str(entry)))
-    return "; ".join(shown) if shown else "nothing"
-
-
-def _task_created(c: Row, ctx: _Context) -> str:
-    parts = [f"priority {c.get('priority', '?')}", f"acceptance {c.get('acceptance_mode', '?')}"]
-    if c.get("labels"):
-        parts.append("labels [" + ", ".join(c["labels"]) + "]")
-    assignee = (c.get("dictionaries") or {}).get("assignee")
-    if isinstance(assignee, Mapping):
-        parts.append("assignee " + who(assignee.get("kind"), assignee.get("id")))
-    return f"created in {c.get('status', '?')}: {', '.join(parts)}"
-
-
-def _task_updated(c: Row, ctx: _Context) -> str:
-    fields = list(c.get("fields") or [])
-    before = c.get("before") or {}
-    after = c.get("after") or {}
-    parts: list[str] = []
-    for person in ("assignee", "reporter"):
-        kind, ident = f"{person}_kind", f"{person}_id"
-        if ident in fields and ident in before and ident in after:
-            old = who(before.get(kind, ctx.task.get(kind)), before[ident]) if before[ident] is not None else "none"
-            new = who(after.get(kind, ctx.task.get(kind)), after[ident]) if after[ident] is not None else "none"
-            parts.append(f"{person}: {old} → {new}")
-            fields = [name for name in fields if name not in (kind, ident)]
-    for name in fields:
-        if name in before and name in after:
-            parts.append(f"{name}: {_value(before[name])} → {_value(after[name])}")
-        else:
-            parts.append(f"{name} (changed)")
-    return "updated " + ("; ".join(parts) if parts else "nothing")
-
-
-def _task_claimed(c: Row, ctx: _Context) -> str:
-    text = "re-claimed" if c.get("from") == c.get("to") else "claimed"
-    text += f" ({_arrow(c)})"
-    if c.get("stoleFrom"):
-        text += f", taking it from {c['stoleFrom']}{_reason(c.get('reason'))}"
-    return text
-
-
-def _task_heartbeat(c: Row, ctx: _Context) -> str:
-    return "heartbeat"
-
-
-def _task_moved(c: Row, ctx: _Context) -> str:
-    text = f"moved {_arrow(c)}"
-    if c.get("from") == "in_review" and c.get("to") != "done" and c.get("deliveryRound"):
-        text += f", round {c['deliveryRound']} begins"
-    reason = _reason(c.get("awaitingReason") or c.get("blockedReason"))
-    text += reason
-    question_id = c.get("questionCommentId")
-    if question_id and not ctx.follows_comment(question_id):
-        question = ctx.comment_excerpt(question_id)
-        if question and reason != f": {question}":
-            text += f"; question: {question}"
-    return text
-
-
-def _task_reopened(c: Row, ctx: _Context) -> str:
-    return f"reopened ({_arrow(c)}), round {c.get('deliveryRound', '?')} begins{_reason(c.get('reason'))}"
-
-
-def _task_resumed(c: Row, ctx: _Context) -> str:
-    text = f"resumed ({_arrow(c)})"
-    if ctx.follows_comment(c.get("commentId")):
-        return text + " on that answer"
-    answer = ctx.comment_excerpt(c.get("commentId"))
-    return text + (f" on the answer {answer}" if answer else "")
-
-
-def _task_archived(c: Row, ctx: _Context) -> str:
-    return f"archived (was {c.get('from', '?')})"
-
-
-def _report_written(c: Row, ctx: _Context) -> str:
-    return f"wrote the report for round {c.get('round', '?')}"
-
-
-def _task_delivered(c: Row, ctx: _Context) -> str:
-    text = f"delivered round {c.get('round', '?')} ({_arrow(c)})"
-    if c.get("rollup"):
-        text += f", epic rollup ({c.get('canceled', 0)} canceled children)"
-    return text
-
-
-def _report_waived(c: Row, ctx: _Context) -> str:
-    return f"waived the report for round {c.get('round', '?')} ({_arrow(c)}){_reason(c.get('reason'))}"
-
-
-def _acceptance_changed(c: Row, ctx: _Context) -> str:
-    return f"added acceptance criteria: {_items(c.get('added') or [])}"
-
-
-def _acceptance_pruned(c: Row, ctx: _Context) -> str:
-    reason = c.get("reason")
-    because = f", because {_quote(reason)}" if reason else ""
-    return f"removed acceptance criteria: {_items(c.get('removed') or [])}{because}"
-
-
-def _acceptance_override(c: Row, ctx: _Context) -> str:
-    return f"changed acceptance mode ({_arrow(c)}){_reason(c.get('reason'))}"
-
-
-def _epic_auto_start(c: Row, ctx: _Context) -> str:
-    return f"started automatically ({_arrow(c)}) by child {ctx.name(str(c.get('child', '?')))} ({c.get('source', '?')})"
-
-
-def _comment_added(c: Row, ctx: _Context) -> str:
-    kind = c.get("kind", "note")
-    excerpt = ctx.comment_excerpt(c.get("commentId"))
-    head = "asked" if kind == "question" else f"commented ({kind})"
-    return f"{head}: {excerpt}" if excerpt else head
-
-
-def _relation(verb: str) -> Callable[[Row, _Context], str]:
-    def render(c: Row, ctx: _Context) -> str:
-        phrase = relation_phrase(
-            str(c.get("type", "?")), str(c.get("source", "?")), str(c.get("target", "?")), ctx.task["id"], ctx.name
-        )
-        return f"{verb} relation: {phrase}"
-
-    return render
-
-
-def _label_gc(c: Row, ctx: _Context) -> str:
-    return f"archived unused labels: {', '.join(c.get('archived') or []) or 'none'}"
-
-
-def _session_registered(c: Row, ctx: _Context) -> str:
-    return (
-        f"registered session {c.get('sessionId', '?')} "
-        f"(seg {c.get('seg', '?')}, {c.get('ownerKind', '?')}, phase {c.get('phase', '?')})"
-    )
-
-
-def _session_closed(c: Row, ctx: _Context) -> str:
-    return f"closed session {c.get('sessionId', '?')} ({c.get('status', '?')})"
-
-
-def _progress(c: Row, ctx: _Context) -> str:
-    return f"progress: {_quote(c.get('line', ''))}"
-
-
-def _attachment(verb: str) -> Callable[[Row, _Context], str]:
-    def render(c: Row, ctx: _Context) -> str:
-        return f"{verb} {_one_line(c.get('filename', '?'))} ({c.get('content_type', '?')}, {c.get('size', '?')} bytes)"
-
-    return render
-
-
-def _project(verb: str) -> Callable[[Row, _Context], str]:
-    def render(c: Row, ctx: _Context) -> str:
-        fields = c.get("fields")
-        return f"{verb} project {c.get('project', '?')}" + (f" ({', '.join(fields)})" if fields else "")
-
-    return render
-
-
-def _import_completed(c: Row, ctx: _Context) -> str:
-    counters = ", ".join(f"{key} {c[key]}" for key in sorted(c))
-    return "import completed" + (f" ({counters})" if counters else "")
-
-
-#: One phrase per declared event; tests/unit/test_brief.py holds this equal to ``shared.events.EVENTS``.
-PHRASES: Final[dict[str, Callable[[Row, _Context], str]]] = {
-    "project_created": _project("created"),
-    "project_updated": _project("updated"),
-    "task_created": _task_created,
-    "task_updated": _task_updated,
-    "task_claimed": _task_claimed,
-    "task_heartbeat": _task_heartbeat,
-    "task_moved": _task_moved,
-    "task_reopened": _task_reopened,
-    "task_resumed": _task_resumed,
-    "task_archived": _task_archived,
-    "report_written": _report_written,
-    "task_delivered": _task_delivered,
-    "report_waived": _report_waived,
-    "acceptance_changed": _acceptance_changed,
-    "acceptance_pruned": _acceptance_pruned,
-    "acceptance_override": _acceptance_override,
-    "epic_auto_start": _epic_auto_start,
-    "comment_added": _comment_added,
-    "relation_added": _relation("added"),
-    "relation_removed": _relation("removed"),
-    "label_gc": _label_gc,
-    "session_registered": _session_registered,
-    "session_closed": _session_closed,
-    "progress": _progress,
-    "attachment_added": _attachment("attached"),
-    "attachment_updated": _attachment("replaced attachment"),
-    "attachment_removed": _attachment("removed attachment"),
-    "import_completed": _import_completed,
-}
-
-
-def describe(row: Row, ctx: _Context) -> str:
-    """What one activity row did, in words; an unknown event shows its name and raw changes."""
-    changes = row.get("changes") or {}
-    phrase = PHRASES.get(row["event"])
-    if phrase is not None and isinstance(changes, Mapping):
-        try:
-            return phrase(changes, ctx)
-        except (AttributeError, KeyError, TypeError, ValueError):
-            pass  # a row of an unexpected shape must not make the card unexportable
-    return f"{row['event']} {_clip(json.dumps(changes, ensure_ascii=False, sort_keys=True), EXCERPT_CHARS)}"
-
-
-def _stamp(row: Row) -> str:
-    revision = row.get("revision")
-    tag = f" · r{revision}" if revision is not None else ""
-    return f"{row['created_at']}{tag} · {who(row['actor_kind'], row['actor_id'])}"
-
-
-def history_lines(card: Card) -> list[str]:
-    """The timeline, oldest first; a run of heartbeats by one actor is one line."""
-    ctx = _Context(card)
-    rows: Sequence[Row] = card.get("activities", ())
-    lines: list[str] = []
-    index = 0
-    while index < len(rows):
-        row = rows[index]
-        if row["event"] == "task_heartbeat":
-            end = index
-            while (
-                end + 1 < len(rows)
-                and rows[end + 1]["event"] == "task_heartbeat"
-                and (rows[end + 1]["actor_kind"], rows[end + 1]["actor_id"]) == (row["actor_kind"], row["actor_id"])
-            ):
-                end += 1
-            last = rows[end]
-            count = end - index + 1
-            what = "heartbeat" if count == 1 else f"{count} heartbeats, last at {last['created_at']}"
-            lines.append(f"- {_stamp(last if count == 1 else row)} · {what}")
-            ctx.previous = last
-            index = end + 1
-            continue
-        lines.append(f"- {_stamp(row)} · {describe(row, ctx)}")
-        ctx.previous = row
-        index += 1
     return lines
 
 
@@ -465,7 +133,7 @@ def _state_lines(task: Mapping[str, Any]) -> list[str]:
     reasons = (("Awaiting", "awaiting_reason"), ("Blocked", "blocked_reason"), ("Report waived", "waiver_reason"))
     for label, key in reasons:
         if task.get(key):
-            lines += ["", f"**{label}:** {_one_line(task[key])}"]
+            lines += ["", f"**{label}:** {one_line(task[key])}"]
     return lines
 
 
@@ -540,7 +208,7 @@ def _sessions(card: Card) -> list[str]:
 
 def _attachments(card: Card) -> list[str]:
     return [
-        f"- `{item['id']}` · {_one_line(item['filename'])} · {item['content_type']} · {item['size']} bytes"
+        f"- `{item['id']}` · {one_line(item['filename'])} · {item['content_type']} · {item['size']} bytes"
         f" · sha256 {str(item['sha256'])[:12]} · updated {item['updated_at']}"
         for item in card.get("attachments", ())
     ]
@@ -550,7 +218,7 @@ def render(card: Card) -> str:
     """The brief of one card as markdown; ``card`` holds ``task`` and its rows (see the module doc)."""
     task = card["task"]
     lines = front_matter(card)
-    lines += ["", f"# {task['identifier']}: {_one_line(task['title'])}", "", *_state_lines(task)]
+    lines += ["", f"# {task['identifier']}: {one_line(task['title'])}", "", *_state_lines(task)]
     description = str(task.get("description") or "")
     lines += _section("Description", nested(description, 2) if description.strip() else [], "_No description._")
     lines += _section("Acceptance", _acceptance(card), "_No acceptance criteria._")

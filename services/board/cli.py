@@ -29,7 +29,8 @@ from .lock import LOCK_FILE, DataDirBusy, DataDirLock
 from .pointer import remove_pointer_if_mine, write_pointer
 from .process import ShutdownSignals, configure_logging, exit_forced
 from .settings import SERVE_KNOBS, BoardSettings
-from .store import SchemaDamaged, SchemaTooNew, migrate, verify_triggers
+from .sqlite_store import SchemaDamaged, migrate, verify_triggers
+from .store import SchemaTooNew, StoreUnreachable
 
 #: What the board keeps in its data directory, made owner-only at every start (docs/security.md).
 DATA_FILES = (
@@ -162,6 +163,11 @@ def prepare_data_dir(directory: Path, runtime: Path) -> DataDirLock:
 
 def check_schema(settings: BoardSettings, *, repair: bool) -> None:
     """Migrate, then make sure every trigger the migrations define is there (or recreate them)."""
+    if settings.database:
+        from . import postgres_store  # psycopg is loaded only by a board that uses it
+
+        postgres_store.migrate(settings.database)
+        return
     migrate(settings.database_path)
     repaired = verify_triggers(settings.database_path, repair=repair)
     if repaired:
@@ -199,6 +205,9 @@ def serve_command(*, data_dir: Path | None, repair_schema: bool, **params: Any) 
         asyncio.run(serve(settings, lock=lock, startup=startup))
     except (SchemaTooNew, SchemaDamaged, DataDirBusy, NotOwned) as exc:
         raise click.ClickException(str(exc)) from exc
+    except StoreUnreachable as exc:
+        # The PostgreSQL server named by --database cannot be reached: one line, host and port, exit 1.
+        raise click.ClickException(str(exc)) from None
     except (OSError, sqlite3.Error) as exc:
         if startup.done:
             raise
@@ -235,6 +244,43 @@ def _describe(exc: OSError | sqlite3.Error) -> str:
         where = f" ({exc.filename})" if exc.filename else ""
         return f"{(exc.strerror or str(exc)).lower()}{where}"
     return str(exc)
+
+
+@main.command("restore")
+@click.argument("backup_file", metavar="FILE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="TASKLOOM_DATA_DIR",
+              help="The data directory to restore into (default: TASKLOOM_DATA_DIR, else the platform default).")
+def restore_command(backup_file: Path, data_dir: Path | None) -> None:
+    """Install a backup (from `taskctl board backup`) with a new board id; the board must be stopped.
+
+    \b
+    The new board_id is a new epoch: the hub, the page and `taskctl events tail --board-id`
+    see it and reload instead of resuming from a revision the restored board will reuse. The
+    database it replaces is kept beside it as board.sqlite.replaced-<time>.
+    """
+    from .backup import RestoreRefused, restore
+
+    configure_logging(sys.stdout, json=not sys.stderr.isatty())
+    directory = (data_dir or default_data_dir(os.environ, Path.home(), platform=sys.platform)).absolute()
+    restrict_umask()
+    try:
+        ensure_private_dir(directory)
+        lock = DataDirLock.acquire(directory)
+    except DataDirBusy as exc:
+        raise click.ClickException(f"{exc}; stop the board before restoring (nothing was changed)") from exc
+    except NotOwned as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        result = restore(backup_file, directory)
+    except (RestoreRefused, SchemaTooNew, SchemaDamaged, sqlite3.Error) as exc:
+        raise click.ClickException(f"{exc}; nothing was changed") from exc
+    finally:
+        lock.release()
+    log.info("board_restored", board_id=result.board_id, previous_board_id=result.previous_board_id,
+             revision=result.revision, source=str(backup_file))
+    kept = f"; the replaced database is kept as {result.replaced}" if result.replaced else ""
+    click.echo(f"restored {backup_file} into {directory}: board {result.board_id} (was {result.previous_board_id}), "
+               f"revision {result.revision}{kept}", err=True)
 
 
 if __name__ == "__main__":

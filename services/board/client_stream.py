@@ -25,8 +25,9 @@ from aiohttp import web
 
 from shared.sse import PING, encode_id_only, encode_named, encode_retry
 
+from .conditions.signals import Signal
 from .logreader import Frame, LogReader, Page, read_page
-from .store import SqliteStore
+from .store import WriterStore
 
 log = structlog.get_logger("taskd.stream")
 
@@ -68,6 +69,18 @@ class Projection:
     project: str | None = None
     task_id: str | None = None
     events: frozenset[str] | None = None
+    #: ``?signals=0`` leaves the id-less condition frames out.
+    signals: bool = True
+
+    def wants_signal(self, signal: Signal) -> bool:
+        """The same filters as rows: project, task and event name (a condition's type)."""
+        if not self.signals:
+            return False
+        if self.project is not None and signal.project_id != self.project:
+            return False
+        if self.task_id is not None and signal.task_id != self.task_id:
+            return False
+        return self.events is None or signal.type in self.events
 
     @property
     def everything(self) -> bool:
@@ -90,7 +103,7 @@ class Stream:
         self,
         request: web.Request,
         *,
-        store: SqliteStore,
+        store: WriterStore,
         reader: LogReader,
         position: int,
         projection: Projection,
@@ -145,6 +158,19 @@ class Stream:
             self._held += size
             self._wake.set()
         return True
+
+    def offer_signal(self, signal: Signal, wire: bytes) -> None:
+        """Queue a signal frame. It has no id and is never replayed: a stream whose client is
+        too slow to hold it misses it and reads ``/breaches`` (docs/conditions.md)."""
+        if self.end_reason is not None or not self.projection.wants_signal(signal):
+            return
+        if self._held + len(wire) > LIVE_QUEUE_BYTES:
+            return
+        if self.response.prepared and self._write_now([wire]):
+            return
+        self._pending.append(wire)
+        self._held += len(wire)
+        self._wake.set()
 
     def _write_now(self, parts: list[bytes]) -> bool:
         """Write from the fan-out itself when the stream's task is idle and its socket drains.

@@ -1,9 +1,11 @@
 """The board's one log reader: every new activity row is read once, encoded once, fanned out once.
 
 After an in-process commit the store's commit listener wakes the reader at once (when no stream
-is live it only moves the reader's position: there is nobody to read for). Commits made by
-other processes on the same file are noticed by polling ``PRAGMA data_version`` on the reader's
-own connection (it changes whenever any *other* connection commits). Each wake reads the rows
+is live it only moves the reader's position: there is nobody to read for). Commits made by other
+processes are the engine's business (:meth:`WriterStore.follow_log`): on SQLite the reader polls
+``PRAGMA data_version`` (it changes whenever any *other* connection commits); on PostgreSQL every
+writing transaction sends a ``NOTIFY`` that the store turns into the same commit listener call, and
+the poll is only a slow safety net. Each wake reads the rows
 after the reader's position in one snapshot, encodes their SSE frames on the reader's thread and
 hands the same bytes to every live stream (SPEC §6.3): the database work per event does not depend
 on how many streams are open.
@@ -12,11 +14,9 @@ on how many streams are open.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final, NamedTuple, Protocol
 
 import orjson
@@ -25,8 +25,9 @@ import structlog
 from shared.events import WIRE_NOISE
 from shared.sse import encode_event, encode_id_only
 
+from .dialect import Connection, Row
 from .queries import activities
-from .store import SqliteStore, connect
+from .store import LogFollower, WriterStore
 
 log = structlog.get_logger("taskd.logreader")
 
@@ -71,7 +72,7 @@ class Page:
     last_id: int = 0
 
 
-def encode_row(row: sqlite3.Row) -> Frame:
+def encode_row(row: Row) -> Frame:
     try:
         frame = activities.to_frame(row)
     except orjson.JSONDecodeError:
@@ -84,8 +85,8 @@ def encode_row(row: sqlite3.Row) -> Frame:
     return Frame(revision, frame["event"], frame["task_id"], frame["project_id"], wire)
 
 
-def _with_changes(row: sqlite3.Row, changes_json: str) -> dict[str, object]:
-    # sqlite3.Row iterates over values, not names: keys() is needed here.
+def _with_changes(row: Row, changes_json: str) -> dict[str, object]:
+    # A row iterates over values, not names: keys() is needed here.
     replaced: dict[str, object] = {key: row[key] for key in row.keys()}  # noqa: SIM118
     replaced["changes_json"] = changes_json
     return replaced
@@ -108,8 +109,13 @@ def unfiltered_wire(frames: Iterable[Frame], last_id: int) -> tuple[bytes, int]:
     return b"".join(parts), last_id
 
 
-def read_page(conn: sqlite3.Connection, after: int, limit: int = activities.REPLAY_PAGE) -> Page:
-    """Streamable rows after ``after``, encoded; one call is one snapshot (``store.query``)."""
+def read_page(conn: Connection, after: int, limit: int = activities.REPLAY_PAGE) -> Page:
+    """Streamable rows after ``after``, encoded; one call is one snapshot (``store.query``).
+
+    A position below the retention floor (a compaction ran while this reader was behind) is
+    refused, never read past: the stream closes and its client's reconnect is answered 410.
+    """
+    activities.check_not_expired(conn, after)
     rows = activities.replay_after(conn, after, limit)
     frames = tuple(encode_row(row) for row in rows)
     full = len(frames) == limit
@@ -129,7 +135,7 @@ class Subscriber(Protocol):
 class LogReader:
     """Follows the log for the whole process; streams subscribe once they have caught up to it."""
 
-    def __init__(self, store: SqliteStore, *, poll_interval: float) -> None:
+    def __init__(self, store: WriterStore, *, poll_interval: float) -> None:
         self.store = store
         self.poll_interval = poll_interval
         #: Every streamable row at or below this revision has been handed to the subscribers.
@@ -141,8 +147,7 @@ class LogReader:
         self._wake = asyncio.Event()
         self._force = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="taskloom-logreader")
-        self._conn: sqlite3.Connection | None = None
-        self._data_version: int | None = None
+        self._follower: LogFollower | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
 
@@ -150,7 +155,7 @@ class LogReader:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self.position = await loop.run_in_executor(self._executor, self._open, self.store.path)
+        self.position = await loop.run_in_executor(self._executor, self._open)
         self.store.add_commit_listener(self.notify)
         self._task = asyncio.create_task(self._run(), name="taskloom-logreader")
 
@@ -168,15 +173,16 @@ class LogReader:
         self._executor.shutdown(wait=True)
         self._subscribers.clear()
 
-    def _open(self, path: Path) -> int:
-        self._conn = connect(path)
-        self._data_version = self._conn.execute("PRAGMA data_version").fetchone()[0]
-        return activities.head(self._conn)
+    def _open(self) -> int:
+        self._follower = self.store.follow_log()
+        self._follower.changed()
+        with self._follower.snapshot() as conn:
+            return activities.head(conn)
 
     def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._follower is not None:
+            self._follower.close()
+            self._follower = None
 
     # -- fan-out --------------------------------------------------------------------------------
 
@@ -238,7 +244,7 @@ class LogReader:
                 )
             except Exception:
                 log.exception("log_read_failed", position=self.position)
-                self._data_version = None  # read again next time whatever data_version says
+                self._force = True  # read again next time whatever the engine says
                 self.fail_subscribers()
                 await asyncio.sleep(RETRY_AFTER_FAILURE)
                 continue
@@ -252,24 +258,19 @@ class LogReader:
 
     def _read(self, position: int, force: bool, fan_out: bool) -> Page | None:
         """On the reader's thread: nothing when no commit happened, else the rows after ``position``."""
-        conn = self._conn
-        assert conn is not None
-        # Read data_version before the snapshot: a commit that lands in between is read now and
-        # changes data_version again, so at worst we read once more for nothing, never miss one.
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
-        if not force and version == self._data_version:
+        follower = self._follower
+        assert follower is not None
+        # Asked before the snapshot: a commit that lands in between is read now and counts as a
+        # change again next time, so at worst we read once more for nothing, never miss one.
+        if not follower.changed() and not force:
             return None
-        self._data_version = version
-        conn.execute("BEGIN")
-        try:
+        with follower.snapshot() as conn:
             if not fan_out:
                 # Nobody is live: only the head moves. A stream joining meanwhile sees the page
                 # marked incomplete and reads the gap itself.
                 end = max(activities.head(conn), position)
                 return Page(position, end, (), complete=False) if end > position else None
             page = read_page(conn, position, LIVE_PAGE)
-        finally:
-            conn.execute("COMMIT")
         self.reads += 1
         self.rows_read += len(page.frames)
         return page if page.end > position else None

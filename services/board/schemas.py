@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from shared import domain, limits
+from shared.conditions import CONDITION_SET
 from shared.events import EVENT_SET, WIRE_NOISE
 
 from .api import PREFIX
@@ -128,6 +129,7 @@ FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
     ("POST", f"{PREFIX}/projects", "body", "id"): {"pattern": SLUG_PATTERN},
     ("POST", f"{PREFIX}/projects", "body", "name"): {"maxLength": domain.PROJECT_NAME_MAX_CHARS},
     ("POST", f"{PREFIX}/projects", "body", "workspace_path"): WORKSPACE_PATH,
+    ("POST", f"{PREFIX}/admin/backup", "body", "path"): WORKSPACE_PATH,
     ("POST", f"{PREFIX}/projects", "body", "readme"): README,
     ("POST", f"{PREFIX}/projects", "body", "meta"): FREE_FORM,
     ("POST", f"{PREFIX}/projects", "body", "settings"): FREE_FORM,
@@ -157,6 +159,7 @@ FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
     ("PATCH", TASK, "body", "meta"): FREE_FORM,
     ("POST", f"{TASK}/claim", "body", "reason"): OPTIONAL_REASON,
     ("POST", f"{TASK}/move", "body", "reason"): OPTIONAL_REASON,
+    ("POST", f"{TASK}/deliver", "body", "reason"): OPTIONAL_REASON,
     ("POST", f"{TASK}/reopen", "body", "reason"): REASON,
     ("POST", f"{TASK}/waive", "body", "reason"): REASON,
     ("POST", f"{TASK}/acceptance", "body", "reason"): REASON,
@@ -190,6 +193,11 @@ def _paired(first: str, second: str) -> dict[str, Any]:
 
 #: Rules that tie body fields together, by (METHOD, path).
 BODY_RULES: Final[dict[tuple[str, str], dict[str, Any]]] = {
+    # compaction.plan: exactly one of the two ways to name what goes.
+    ("POST", f"{PREFIX}/admin/compact"): {"oneOf": [
+        {"required": ["through"], "not": {"required": ["older_than_days"]}},
+        {"required": ["older_than_days"], "not": {"required": ["through"]}},
+    ]},
     ("POST", f"{PREFIX}/tasks"): {"allOf": [_paired("assignee_kind", "assignee_id"), _paired("reporter_kind", "reporter_id")]},
     ("POST", f"{TASK}/acceptance"): {
         # acceptance.change_acceptance: something to change, and a reason only with a mode.
@@ -253,6 +261,8 @@ def _task_schema() -> dict[str, Any]:
         name: _TASK_TYPES.get(name, STRING if name in _TASK_REQUIRED_TEXT else OPTIONAL_STRING)
         for name in (*TASK_FIELDS, "labels", "meta")
     }
+    # Identifiers of the open blockers (services/board/conditions/rules.py), sorted.
+    properties["blocked_by"] = STRINGS
     return closed(properties)
 
 
@@ -319,6 +329,17 @@ COMPONENTS: Final[dict[str, dict[str, Any]]] = {
     }),
 }
 COMPONENTS.update(_json_levels())
+#: One line of a card's History (queries/history.py ``timeline``): the stamp, the phrase, the raw row.
+COMPONENTS["HistoryEntry"] = closed({
+    "at": STRING,
+    "revision": OPTIONAL_INTEGER,
+    "actor": closed({"kind": STRING, "id": STRING}),
+    "event": STRING,
+    "text": STRING,
+    "changes": OBJECT,
+    "activity_ids": {"type": "array", "items": INTEGER, "minItems": 1},
+    "last_at": STRING,
+})
 COMPONENTS["ListedRelation"] = closed({
     **COMPONENTS["Relation"]["properties"],
     "direction": {"type": "string", "enum": ["outgoing", "incoming"]},
@@ -337,6 +358,8 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     ("GET", f"{PREFIX}/board/status"): closed({
         **_META, "version": STRING, "pid": INTEGER, "data_dir": STRING, "database": STRING,
         "token_file": STRING, "uptime_seconds": {"type": "number", "minimum": 0},
+        "log_rows": INTEGER, "log_bytes": INTEGER, "oldest_revision": OPTIONAL_INTEGER,
+        "event_retention_days": OPTIONAL_INTEGER, "durability": {"type": "string", "enum": ["full", "normal"]},
     }),
     ("GET", f"{PREFIX}/projects"): page(ref("Project")),
     ("POST", f"{PREFIX}/projects"): ref("Project"),
@@ -382,6 +405,10 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     ("PUT", f"{PREFIX}/attachments/{{id}}"): ref("Attachment"),
     ("DELETE", f"{PREFIX}/attachments/{{id}}"): ref("Attachment"),
     ("GET", f"{PREFIX}/activities"): page(ref("Activity")),
+    ("GET", f"{PREFIX}/breaches"): page(closed({
+        "type": {"type": "string", "enum": sorted(CONDITION_SET)}, "project_id": STRING, "task_id": OPTIONAL_STRING,
+        "changes": OBJECT, "since": STRING,
+    })),
     ("GET", f"{TASK}/activities"): page(ref("Activity")),
     ("POST", f"{PREFIX}/export"): closed({
         "markdown": STRING,
@@ -389,6 +416,28 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
             "id": STRING, "identifier": STRING, "status": {"type": "string", "enum": list(domain.STATUSES)},
             "revision": OPTIONAL_INTEGER,
         }),
+    }),
+    ("POST", f"{PREFIX}/state"): closed({
+        "imported": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+        "revision": INTEGER, "source_board_id": OPTIONAL_STRING,
+    }),
+    ("POST", f"{PREFIX}/admin/backup"): closed({
+        "path": STRING, "board_id": STRING, "revision": INTEGER, "bytes": INTEGER,
+        "seconds": {"type": "number", "minimum": 0},
+    }),
+    ("POST", f"{PREFIX}/admin/compact"): closed({
+        "floor": INTEGER, "previous_floor": INTEGER, "through": INTEGER, "removed": INTEGER,
+        "archive": OPTIONAL_STRING, "dry_run": {"type": "boolean"},
+    }),
+    ("GET", f"{PREFIX}/admin/settings"): closed({"event_retention_days": OPTIONAL_INTEGER}),
+    ("PATCH", f"{PREFIX}/admin/settings"): closed({"event_retention_days": OPTIONAL_INTEGER}),
+    ("GET", f"{TASK}/history"): closed({
+        "task": closed({
+            "id": STRING, "identifier": STRING, "status": {"type": "string", "enum": list(domain.STATUSES)},
+            "revision": OPTIONAL_INTEGER,
+        }),
+        "items": {"type": "array", "items": ref("HistoryEntry")},
+        "archived_through": OPTIONAL_INTEGER,
     }),
 }
 
@@ -398,6 +447,8 @@ RAW_RESPONSES: Final[dict[tuple[str, str], dict[str, dict[str, Any]]]] = {
     ("GET", f"{PREFIX}/attachments/{{id}}"): {"*/*": {"schema": {"type": "string", "format": "binary"}}},
     # SPEC §6: Server-Sent Events; the schema describes one event as the SSE parser yields it.
     ("GET", f"{PREFIX}/events"): {"text/event-stream": {"schema": {"$ref": "#/components/schemas/StreamEvent"}}},
+    # JSON lines: a header, the card state's rows, an end line (services/board/queries/state.py).
+    ("GET", f"{PREFIX}/state"): {"application/x-ndjson": {"schema": {"type": "string"}}},
 }
 
 #: One event of ``GET /api/v1/events``: an activity frame (``id`` = its revision, ``data`` = the
@@ -408,7 +459,7 @@ COMPONENTS["StreamEvent"] = {
     "properties": {
         "id": {"type": "string", "pattern": f"^[0-9]+{END}"},
         # An activity frame has no event field, which SSE reads as the default type "message".
-        "event": {"type": "string", "enum": ["message", "shutdown"]},
+        "event": {"type": "string", "enum": ["message", "shutdown", "signal"]},
         "data": {"type": "string", "contentMediaType": "application/json"},
         "retry": {"type": "integer", "minimum": 0},
     },

@@ -57,6 +57,8 @@ class ActorParam(_ActorParamBase):
 
 
 SECONDS = click.FloatRange(min=0.01)
+#: ``taskd serve --durability``: the values of SQLite's ``synchronous`` pragma offered.
+DURABILITY_LEVELS: Final = ("full", "normal")
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,24 @@ class BoardSettings:
     session_absolute_seconds: float = knob(
         auth.SESSION_ABSOLUTE_SECONDS, env="TASKLOOM_BOARD_SESSION_MAX_AGE", flag="--session-max-age",
         type=click.FloatRange(min=1), help="Seconds after its login that any browser session ends.",
+    )
+    #: SQLite's ``synchronous`` pragma: ``full`` fsyncs the WAL at every commit (group commit pays
+    #: it once per batch), so an acknowledged write survives a power cut; ``normal`` may lose the
+    #: last commits then, in exchange for speed (docs/operations.md, "Durability").
+    durability: str = knob(
+        "full", env="TASKLOOM_BOARD_DURABILITY", type=click.Choice(DURABILITY_LEVELS),
+        help="full: every acknowledged commit survives a power cut; normal: faster, may lose the last ones.",
+    )
+    #: Seconds between two runs of the retention compaction (when event_retention_days is set).
+    compaction_interval: float = knob(
+        86400.0, env="TASKLOOM_BOARD_COMPACTION_INTERVAL", type=SECONDS, hidden=True,
+        help="Seconds between retention compactions (only when event_retention_days is set).",
+    )
+
+    database: str | None = knob(
+        None, env="TASKLOOM_DATABASE_URL", metavar="URL",
+        help="postgresql://… URL: serve that PostgreSQL database (several boards may serve one) instead of "
+             "board.sqlite in the data directory.",
     )
 
     @property

@@ -17,10 +17,11 @@ from aiohttp import web
 from shared.errors import TaskloomError
 
 from .client_stream import DISCONNECTED, SERVER_STOPPING, Stream
+from .conditions.signals import Signal
 from .descriptors import fewer_free_than
 from .logreader import LogReader
 from .settings import BoardSettings
-from .store import SqliteStore
+from .store import WriterStore
 
 log = structlog.get_logger("taskd.streaming")
 
@@ -91,6 +92,14 @@ class StreamRegistry:
             if timer is not None:
                 timer.cancel()
 
+    def broadcast_signal(self, signal: Signal) -> None:
+        """A condition's id-less frame to every open stream that wants it, encoded once."""
+        if not self._streams:
+            return
+        wire = signal.wire()
+        for stream in self._streams:
+            stream.offer_signal(signal, wire)
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -137,7 +146,7 @@ class StreamRegistry:
                     stream.ping(now, self.ping_interval)
 
 
-def setup(app: web.Application, *, settings: BoardSettings, store: SqliteStore) -> tuple[LogReader, StreamRegistry]:
+def setup(app: web.Application, *, settings: BoardSettings, store: WriterStore) -> tuple[LogReader, StreamRegistry]:
     """A log reader and a stream registry tied to the app's lifecycle; the app keeps both under
     its keys (``keys.LOG_READER``, ``keys.STREAMS``), so this module needs none of them."""
     reader = LogReader(store, poll_interval=settings.external_poll_interval)

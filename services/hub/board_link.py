@@ -4,7 +4,8 @@ Every (re)connect first reads ``/api/v1/meta``: a different ``board_id`` than be
 that refuses the cursor (``400 CURSOR_AHEAD``, ``410 CURSOR_EXPIRED``), becomes a reset for the
 followers, never a silent gap. Between attempts it waits on a ladder, 1 s doubling to 30 s, and
 resumes from the last revision it saw. The board's ``shutdown`` frame is not forwarded: a board
-restart is invisible to local followers apart from the pause.
+restart is invisible to local followers apart from the pause. Its ``signal`` frames (conditions,
+docs/conditions.md) are handed on as they come; they carry no ``id:`` and never move the cursor.
 
 A ``401`` is the one answer no ladder can fix: the board no longer takes this hub's token (it
 was rotated). The link tells the hub once and ends; the hub says so to its sessions and exits,
@@ -29,6 +30,9 @@ from .settings import READ_TIMEOUT  # re-exported: the deadline is a settings de
 
 log = structlog.get_logger("taskhub")
 
+#: The SSE event name of the board's condition frames (docs/conditions.md): data, no ``id:``.
+SIGNAL_EVENT = "signal"
+
 #: The board's answer to a token it does not take (RFC 9110 §15.5.2).
 HTTP_UNAUTHORIZED = 401
 
@@ -49,6 +53,9 @@ class BoardSink(Protocol):
 
     def board_event(self, revision: int, activity: dict[str, Any]) -> None:
         """One activity frame, revisions strictly increasing."""
+
+    def board_signal(self, signal: dict[str, Any]) -> None:
+        """A condition signal (``event: signal``): id-less, so it never moves the cursor."""
 
     def board_cursor(self, revision: int) -> None:
         """An id-only frame: the cursor moved past rows that are not sent (SPEC §6.4)."""
@@ -205,6 +212,8 @@ class BoardLink:
                 # on purpose; followers keep their streams, the ladder brings the board back.
                 if item.event == "shutdown":
                     log.info("board_shutdown_frame", board=self.url, data=item.data)
+                elif item.event == SIGNAL_EVENT:
+                    self._signal(item.data)
                 continue
             revision = _revision(item.id)
             if item.data is None:
@@ -226,6 +235,17 @@ class BoardLink:
                 continue  # a replayed duplicate: at-least-once upstream, exactly-in-order here
             self.cursor = revision
             self._sink.board_event(revision, activity)
+
+
+    def _signal(self, data: str | None) -> None:
+        try:
+            signal = orjson.loads(data) if data is not None else None
+        except orjson.JSONDecodeError:
+            signal = None
+        if not isinstance(signal, dict) or not isinstance(signal.get("type"), str):
+            log.warning("board_signal_unreadable", board=self.url)
+            return
+        self._sink.board_signal(signal)
 
 
 def _revision(value: str | None) -> int | None:

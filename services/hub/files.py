@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 #: Whatever the process creates is owner-only: no group or other bits (docs/security.md).
 PRIVATE_UMASK: Final = 0o077
@@ -85,11 +87,22 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
-    """Replace ``path`` with ``data``: a unique temp file beside it, fsync, rename, fsync the directory.
+def fsync_file(path: Path) -> None:
+    """Flush a file another writer (SQLite's backup, say) has finished to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
-    A reader sees the old bytes or the new ones, never half a file; a failure leaves no temp file
-    behind, and a crash at most one (``.<name>.*.tmp``), never a torn target.
+
+@contextmanager
+def atomic_writer(path: Path, *, mode: int = PRIVATE_FILE) -> Iterator[BinaryIO]:
+    """Write ``path`` through a handle: a unique temp file beside it, fsync, rename, fsync the directory.
+
+    For output produced piece by piece (an export, an archive); a reader sees the old bytes or
+    the new ones, never half a file. An exception inside the block leaves the target untouched
+    and no temp file behind; a crash at most one (``.<name>.*.tmp``), never a torn target.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,7 +110,7 @@ def write_atomic(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             os.fchmod(handle.fileno(), mode)
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
@@ -105,6 +118,12 @@ def write_atomic(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
         Path(temp).unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
+    """Replace ``path`` with ``data`` atomically (:func:`atomic_writer`)."""
+    with atomic_writer(path, mode=mode) as handle:
+        handle.write(data)
 
 
 def move_atomic(source: Path, target: Path) -> None:

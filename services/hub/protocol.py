@@ -74,11 +74,16 @@ def _refuse_unknown(message: dict[str, Any], allowed: frozenset[str]) -> None:
 
 
 def validate_follow(message: dict[str, Any]) -> dict[str, Any]:
-    _refuse_unknown(message, frozenset({"after", "idle_ms"}))
+    _refuse_unknown(message, frozenset({"after", "idle_ms", "signals"}))
     idle_ms = _optional_count(message, "idle_ms")
+    # The board's ``?signals=0``, one hop on: a follower that only wants facts opts out.
+    signals = message.get("signals", True)
+    if not isinstance(signals, bool):
+        raise RequestInvalid("signals must be true or false", field="signals", value=signals)
     return {
         "after": _optional_count(message, "after"),
         "idle_ms": hp.DEFAULT_IDLE_MS if idle_ms is None else idle_ms,
+        "signals": signals,
     }
 
 

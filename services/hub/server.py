@@ -11,6 +11,11 @@ the ring by its own cursor and rejoins, so it loses nothing while the ring still
 the ring has moved past its cursor it gets ``reset {reason: "ring"}`` and continues live. Other
 followers never wait for it.
 
+Signals: the board's condition frames are forwarded as ``signal`` records, encoded once for all
+followers. They are not in the ring and carry no revision, so nothing replays them: a follower
+that was away, or whose outbox was full, misses them, as a browser that was away does, and reads
+``GET /api/v1/breaches`` for what holds now (docs/conditions.md).
+
 Dead peers: a peer that is gone must leave ``clients`` at once, not at the second heartbeat. A
 reset or a failed write ends the session as soon as the transport notices; a follower that
 closed its sending side (or whose process died, which looks the same: a FIN) is probed with a
@@ -238,9 +243,10 @@ class Hub:
     def pong(self) -> dict[str, Any]:
         return hp.pong(revision=self.revision, clients=self.clients, registrations=self.registrations.count())
 
-    def start_follow(self, connection: Connection, after: int | None, idle_ms: int) -> None:
+    def start_follow(self, connection: Connection, after: int | None, idle_ms: int, *, signals: bool = True) -> None:
         """Open a follow stream: replay from the ring when it covers ``after``, else live."""
         connection.begin_follow(idle_ms)
+        connection.wants_signals = signals
         head = self.revision
         if after is None or head is None:
             # Live; before the board first answers, ``after`` is checked at first contact.
@@ -293,6 +299,15 @@ class Hub:
         for connection in self.followers:
             connection.push_event(revision, line)
         self.registrations.board_event(activity)
+
+    def board_signal(self, signal: dict[str, Any]) -> None:
+        line = encode_line(hp.signal(signal=signal))
+        if len(line) - 1 > self.settings.max_line:
+            # A condition's changes are a handful of fields; one this large is not our board's.
+            log.warning("board_signal_too_large", type=signal.get("type"), size=len(line))
+            return
+        for connection in self.followers:
+            connection.push_signal(line)
 
     def board_cursor(self, revision: int) -> None:
         self.revision = revision
@@ -371,6 +386,8 @@ class Connection:
         self.following = False
         self.cursor: int | None = None
         self.lagging = False
+        #: Whether this follow stream carries ``signal`` records (``follow {signals: false}`` opts out).
+        self.wants_signals = True
         self.idle_ms = 0
         self.last_event_at = self._loop.time()
         self.last_write_at = self._loop.time()
@@ -379,7 +396,8 @@ class Connection:
         self._dispatch: dict[str, Callable[[dict[str, Any]], None]] = {
             "hello": lambda fields: self.send(hub.welcome()),
             "ping": lambda fields: self.send(hub.pong()),
-            "follow": lambda fields: hub.start_follow(self, fields["after"], fields["idle_ms"]),
+            "follow": lambda fields: hub.start_follow(self, fields["after"], fields["idle_ms"],
+                                                      signals=fields["signals"]),
         }
         # Served in order: the reader waits for each, so answers keep the order of the requests.
         self._async_dispatch: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
@@ -560,6 +578,28 @@ class Connection:
             # so this synchronous write is still the only one in flight (no task wake-up per
             # follower per event). Anything else goes through the outbox and drain().
             transport.write(line)
+            self.last_write_at = self._loop.time()
+            return
+        self._queue(line)
+
+    def push_signal(self, line: bytes) -> None:
+        """A live signal line, shared by every follower.
+
+        A signal is news about now, so a follower still catching up from the ring gets it at
+        once, between replayed events (the board itself sends a signal when its transaction
+        commits, which may be before the row that caused it). Only a full outbox drops one:
+        signals are never replayed (SPEC §1.7), and the follower reads /breaches.
+        """
+        if self.closing or not self.wants_signals:
+            return
+        if len(self.outbox) >= self.hub.settings.max_pending:
+            log.info("follower_signal_dropped", cursor=self.cursor, pending=len(self.outbox))
+            return
+        self.last_event_at = self._loop.time()  # a record the follower asked for: not idle
+        transport = self.writer.transport
+        if (self._writer_parked and not self.lagging and not self.outbox
+                and transport.get_write_buffer_size() < WRITE_HIGH_WATER and not transport.is_closing()):
+            transport.write(line)  # the same fast path as push_event, for the same reason
             self.last_write_at = self._loop.time()
             return
         self._queue(line)

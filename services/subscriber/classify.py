@@ -13,6 +13,32 @@ from typing import Any, Final
 
 from shared import events as ev
 
+# -- conditions (docs/conditions.md) ------------------------------------------------------------
+# A condition reaches the loop as a ``signal`` record (the default lane) or, in a project that
+# persists it, as an activity row of the same name written by ``system``. One rule decides both,
+# so persisting a condition never changes whether it wakes the loop.
+
+#: Conditions that make work dispatchable: a card's last open blocker closed, or the worker on a
+#: card stopped heart-beating (its card is work again, SPEC §12).
+CONDITION_WAKE: Final[frozenset[str]] = frozenset({ev.CARD_UNBLOCKED, ev.CLAIM_STALE})
+#: Wakes only for the statuses a loop names with ``--wake-on-timeout STATUS``: a review that has
+#: waited a day is work for a loop that reviews, noise for one that does not.
+CONDITION_CONDITIONAL: Final[frozenset[str]] = frozenset({ev.STATUS_TIMEOUT})
+#: Every other condition, each named so a new one is a decision rather than a default.
+#: (The three lists join WAKE, CONDITIONAL and IGNORE below: every condition is a declared event.)
+CONDITION_IGNORE: Final[frozenset[str]] = frozenset(
+    {
+        ev.WIP_EXCEEDED,  # a full column is a reason to start less, not more
+        ev.WIP_CLEARED,  # room in a column is not a card to pick up; the moves that made it carry their own wakes
+        ev.LANE_DRAINED,  # an empty lane is a dashboard fact
+        ev.LANE_REFILLED,  # the task_created / task_moved that refilled it already woke the loop
+        ev.CARD_BLOCKED,  # takes work off the queue
+        ev.TRANSITION_REJECTED,  # a refused write changed nothing
+        ev.CARD_IDLE,  # quiet is not work; a supervisor that cares polls /breaches
+    }
+)
+CONDITIONS: Final[frozenset[str]] = CONDITION_WAKE | CONDITION_CONDITIONAL | CONDITION_IGNORE
+
 #: Events that can make work dispatchable. ``task_moved`` also has field rules (see ``classify``).
 WAKE: Final[frozenset[str]] = frozenset(
     {
@@ -28,11 +54,11 @@ WAKE: Final[frozenset[str]] = frozenset(
         # Historical: boards that carry an importer's rows still get a turn to discover the work.
         ev.IMPORT_COMPLETED,
     }
-)
+) | CONDITION_WAKE
 
 #: Events that wake only when their ``changes`` say so. ``task_updated`` sits here, not in WAKE,
 #: as in the reference design's CONDITIONAL_EVENTS: most updates (title, description) are not work.
-CONDITIONAL: Final[frozenset[str]] = frozenset({ev.COMMENT_ADDED, ev.TASK_UPDATED})
+CONDITIONAL: Final[frozenset[str]] = frozenset({ev.COMMENT_ADDED, ev.TASK_UPDATED}) | CONDITION_CONDITIONAL
 
 #: Every other declared event, each named so a new event is a decision rather than a default.
 IGNORE: Final[frozenset[str]] = frozenset(
@@ -54,7 +80,7 @@ IGNORE: Final[frozenset[str]] = frozenset(
         ev.ATTACHMENT_UPDATED,
         ev.ATTACHMENT_REMOVED,
     }
-)
+) | CONDITION_IGNORE
 
 KNOWN: Final[frozenset[str]] = WAKE | CONDITIONAL | IGNORE
 
@@ -80,14 +106,17 @@ UNKNOWN_NAMES_LIMIT: Final = 256
 
 @dataclass(frozen=True, slots=True)
 class LoopIdentity:
-    """Who this loop is: its ``--agent`` ids and its ``--director`` id, if any."""
+    """Who this loop is: its ``--agent`` ids, its ``--director`` id, the statuses it wakes on
+    when they time out (``--wake-on-timeout``)."""
 
     agents: frozenset[str]
     director: str | None = None
+    wake_on_timeout: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # click hands over a tuple; freeze it so membership is cheap and the value hashable.
         object.__setattr__(self, "agents", frozenset(self.agents))
+        object.__setattr__(self, "wake_on_timeout", frozenset(self.wake_on_timeout))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +131,7 @@ def classify(frame: Mapping[str, Any], who: LoopIdentity) -> Decision:
     """Classify one activity frame for the loop ``who``.
 
     Wake reasons: ``dispatch``, ``fields``, ``release``, ``question``, ``human`` (a human's
-    non-question comment).
+    non-question comment), and for a persisted condition those of ``classify_condition``.
     Ignore reasons: ``unknown``, ``noise``, ``ignored``, ``awaiting``, ``fields``, ``comment``,
     ``board``, ``director``, ``own_agent``.
     """
@@ -115,6 +144,9 @@ def classify(frame: Mapping[str, Any], who: LoopIdentity) -> Decision:
     changes = frame.get("changes")
     if not isinstance(changes, Mapping):
         changes = {}
+    if event in CONDITIONS:
+        # A persisted condition is written by ``system``; it is the board noticing, not housekeeping.
+        return classify_condition(event, changes, who)
     kind = frame.get("actor_kind")
     actor = frame.get("actor_id")
     if not isinstance(actor, str):
@@ -161,6 +193,34 @@ def classify(frame: Mapping[str, Any], who: LoopIdentity) -> Decision:
             return Decision(True, wake_reason)
         return Decision(False, "own_agent")
     return Decision(True, wake_reason)
+
+
+def classify_signal(signal: Mapping[str, Any], who: LoopIdentity) -> Decision:
+    """Classify one ``signal`` record's body (``{type, project_id, task_id, changes, at}``).
+
+    Wake reasons: ``unblocked``, ``stale_claim``, ``timeout``. Ignore reasons: ``unknown``,
+    ``ignored``, ``status`` (a timeout of a status this loop was not asked to wake on).
+    """
+    name = signal.get("type")
+    if not isinstance(name, str) or name not in CONDITIONS:
+        return Decision(False, "unknown")
+    changes = signal.get("changes")
+    return classify_condition(name, changes if isinstance(changes, Mapping) else {}, who)
+
+
+def classify_condition(name: str, changes: Mapping[str, Any], who: LoopIdentity) -> Decision:
+    """The one rule for a condition, whichever lane (signal or persisted row) carried it."""
+    if name == ev.CARD_UNBLOCKED:
+        return Decision(True, "unblocked")
+    if name == ev.CLAIM_STALE:
+        # Whoever held the claim, this loop's own agent included: a dead worker's card is work.
+        return Decision(True, "stale_claim")
+    if name == ev.STATUS_TIMEOUT:
+        status = changes.get("status")
+        if isinstance(status, str) and status in who.wake_on_timeout:
+            return Decision(True, "timeout")
+        return Decision(False, "status")
+    return Decision(False, "ignored") if name in CONDITIONS else Decision(False, "unknown")
 
 
 def _meets_dispatch_fields(fields: Any) -> bool:

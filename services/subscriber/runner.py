@@ -5,8 +5,10 @@ following, let a running turn finish (``stop_grace``; a second signal abandons i
 publish ``stopped`` → exit 0.
 
 The hub is reached through ``OpenStream``: a callable that opens one connection resuming after a
-revision and yields its records (``open``, ``event``, ``heartbeat``, ``reset``, ``idle``,
-``shutdown``, ``eof``, ``error``; docs/hub-protocol.md) until that connection ends. This module
+revision and yields its records (``open``, ``event``, ``signal``, ``heartbeat``, ``reset``,
+``idle``, ``shutdown``, ``eof``, ``error``; docs/hub-protocol.md) until that connection ends.
+A ``signal`` (a board condition: ``card_unblocked``, ``claim_stale``…) may wake the loop but never
+moves the cursor: it has no revision and is never replayed. This module
 owns everything around it: its own 1 s → 30 s reconnect ladder (reset by each ``open``), the
 cursor it resumes from, and a silence timeout (the hub heartbeats every 15 s; three missed
 heartbeats and the connection is presumed dead). It imports no other service (SPEC §2): taskctl
@@ -30,7 +32,7 @@ import structlog
 
 from shared import hub_protocol as hp
 
-from .classify import LoopIdentity, UnknownNames, classify
+from .classify import LoopIdentity, UnknownNames, classify, classify_signal
 from .coalesce import Coalescer, Turn
 from .process import Backoff, ShutdownSignals
 
@@ -42,7 +44,7 @@ from .settings import STATE_FLUSH as STATE_FLUSH
 from .settings import STOP_GRACE as STOP_GRACE
 from .settings import Timing
 from .state import RECONNECTING, STARTING, STOPPED, STREAMING, UNAUTHORIZED, Publisher, utc_now
-from .turns import RAN, REFUSED, TurnResult, TurnRunner
+from .turns import RAN, REFUSED, TurnResult, TurnRunner, waiting_for
 
 #: The pseudo event name a ``reset`` record puts in ``TASKLOOM_WAKE_EVENTS``: rescan everything.
 RESET_WAKE: Final = "reset"
@@ -133,9 +135,15 @@ class Subscriber:
 
     async def run(self) -> int:
         """Follow and drive turns until ``request_stop``; 0 on a clean stop, 1 if a part failed."""
+        waiting = waiting_for(self.turns.state_dir)
         self.publisher.set_state(STARTING, revision=self.cursor, started_at=utc_now(), pending=False,
-                                 turns=dict(self.counts), reconnects=0, last_wake_at=None, last_turn=None)
+                                 turns=dict(self.counts), reconnects=0, last_wake_at=None, last_turn=None,
+                                 waiting_for=waiting)
         log.info("subscriber_starting", agents=sorted(self.who.agents), director=self.who.director, after=self.cursor)
+        if waiting is not None:
+            # Said once at start, in words: otherwise the first sign is a skipped turn a minute later.
+            log.warning("waiting_for_resident_pool", file=waiting["file"], reason=waiting["reason"],
+                        hint="turns are skipped until the supervisor lists a live pid in this file")
         follower = asyncio.create_task(self._follow(), name="follow-hub")
         driver = asyncio.create_task(self._drive(), name="drive-turns")
         flusher = asyncio.create_task(self._flush_periodically(), name="flush-state")
@@ -243,6 +251,10 @@ class Subscriber:
             # Only after the event is dealt with: a resumed connection must not skip it.
             if revision is not None:
                 self._advance(revision)
+        elif kind == "signal":
+            body = record.get("signal")
+            if isinstance(body, dict):
+                self._classify_signal(body)
         elif kind == "heartbeat":
             if revision is not None:
                 self._advance(revision)
@@ -291,6 +303,21 @@ class Subscriber:
         log.info("wake", name=name, revision=revision, reason=decision.reason,
                  actor_kind=activity.get("actor_kind"), actor=activity.get("actor_id"))
         self._add_wake(revision, str(name))
+
+    def _classify_signal(self, signal: Record) -> None:
+        name = signal.get("type")
+        decision = classify_signal(signal, self.who)
+        if decision.reason == "unknown":
+            if isinstance(name, str) and self.unknown.first_sighting(name):
+                log.warning("unknown_signal_ignored", name=name)
+            return
+        if not decision.wake:
+            log.debug("signal_ignored", name=name, reason=decision.reason, task=signal.get("task_id"))
+            return
+        log.info("wake", name=name, signal=True, reason=decision.reason, task=signal.get("task_id"),
+                 project=signal.get("project_id"))
+        # The turn covers the state the board had when it noticed: everything up to our cursor.
+        self._add_wake(self.cursor or 0, str(name))
 
     def _add_wake(self, revision: int, name: str) -> None:
         """Queue a wake; called before the cursor moves past ``revision``."""
@@ -346,6 +373,7 @@ class Subscriber:
         if not self.coalescer.pending:
             self._floor = None  # every queued wake has had its turn (or was skipped for want of a pool)
         self.publisher.update(
+            waiting_for=waiting_for(self.turns.state_dir),
             turns=dict(self.counts),
             turn_running=False,
             pending=self.coalescer.pending,

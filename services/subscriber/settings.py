@@ -15,6 +15,7 @@ from typing import Final
 import click
 
 from shared import hub_protocol as hp
+from shared.domain import STATUSES
 from shared.knobs import Knob, knob, table
 
 from . import coalesce
@@ -92,6 +93,13 @@ def check_director(ctx: click.Context, param: click.Parameter, value: str | None
     return value.strip() if value else None
 
 
+def check_timeout_statuses(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    unknown = sorted(set(value) - set(STATUSES))
+    if unknown:
+        raise click.BadParameter(f"not a status: {', '.join(unknown)} (one of {', '.join(STATUSES)})", ctx, param)
+    return tuple(dict.fromkeys(value))
+
+
 AGENTS: Final = Knob(
     "agents", (), env=None, flag="--agent", multiple=True, required=True, callback=check_agents, metavar="NAME",
     help="This loop's agent id (repeat, or a comma list); its own writes do not wake it.",
@@ -112,6 +120,10 @@ START_HUB: Final = Knob(
     "start_hub", True, env=None, flag="--no-start-hub", is_flag=True, flag_value=False,
     help="Wait for a hub someone else runs (a supervised taskhub) instead of starting one.",
 )
+WAKE_ON_TIMEOUT: Final = Knob(
+    "wake_on_timeout", (), env=None, multiple=True, callback=check_timeout_statuses, metavar="STATUS",
+    help="Also wake when a card has stayed in STATUS past its project's max_time_in_status (repeatable).",
+)
 VERBOSE: Final = Knob("verbose", False, env=None, short="-v", is_flag=True, help="Also log every ignored event.")
 #: ``taskctl loop subscribe``'s table, in ``--help`` order (the global options come after it).
-SUBSCRIBE_KNOBS: Final = table(AGENTS, DIRECTOR, ON_WAKE, STATE_DIR, START_HUB, VERBOSE, Timing)
+SUBSCRIBE_KNOBS: Final = table(AGENTS, DIRECTOR, ON_WAKE, WAKE_ON_TIMEOUT, STATE_DIR, START_HUB, VERBOSE, Timing)

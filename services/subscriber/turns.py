@@ -84,6 +84,15 @@ def read_pool(state_dir: Path) -> Pool:
     return Pool(live, "live" if live else "dead")
 
 
+def waiting_for(state_dir: Path) -> dict[str, str] | None:
+    """``{file, reason}`` while ``state_dir`` lists no live resident pool (a turn would be skipped), else None.
+
+    The subscriber says it at start and publishes it; ``taskctl loop status`` reads it afresh.
+    """
+    pool = read_pool(state_dir)
+    return None if pool else {"file": str(state_dir / SESSIONS_FILE), "reason": pool.reason}
+
+
 class ContinueLock:
     """The supervisor's ``continue.lock``, taken without waiting and held for one turn."""
 

@@ -77,6 +77,8 @@ class UnitValues:
     agents: tuple[str, ...]
     on_wake: str
     director: str | None = None
+    #: ``--wake-on-timeout`` statuses, passed through to the subscriber.
+    wake_on_timeout: tuple[str, ...] = ()
     path: str = "/usr/bin:/bin"
     #: The hub runs as its own unit: the subscriber waits for it instead of starting one.
     supervised_hub: bool = False
@@ -84,6 +86,7 @@ class UnitValues:
     def placeholders(self) -> dict[str, str | list[str]]:
         agent_args = [word for name in self.agents for word in ("--agent", name)]
         director_args = ["--director", self.director] if self.director else []
+        timeout_args = [word for status in self.wake_on_timeout for word in ("--wake-on-timeout", status)]
         values: dict[str, str | list[str]] = {
             "taskd": self.taskd,
             "taskhub": self.taskhub,
@@ -97,6 +100,7 @@ class UnitValues:
             "agents": ", ".join(self.agents),
             "agent_args": agent_args,
             "director_args": director_args,
+            "timeout_args": timeout_args,
             "on_wake": self.on_wake,
             "path": self.path,
             "hub_unit": UNIT_FILES[SYSTEMD]["hub"] if self.supervised_hub else "",

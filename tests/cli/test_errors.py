@@ -29,7 +29,7 @@ USAGE_CASES = [
     (("task", "deliver", "{card}", "--report-file", "/nonexistent/report.md"), "cannot read report"),
     (("comment", "add", "{card}", "text", "-f", "-"), "inline or with --file, not both"),
     (("comment", "add", "{card}", "--kind", "shout", "x"), "'shout' is not one of"),
-    (("task", "reopen", "{card}"), "Missing option '--reason'"),
+    (("task", "reopen", "{card}"), "the reason is missing: give it as the argument or with --reason"),
     (("relation", "add", "{card}", "depends", "{card}"), "'depends' is not one of"),
     (("attachment", "upload", "{card}", "/nonexistent/file.bin"), "does not exist"),
     (("task", "list", "--mine", "--assignee", "bob"), "name the assignee twice"),

@@ -203,7 +203,7 @@ def test_activity_list_filters_and_cursor(tc: Taskctl) -> None:
                    "--cursor", page["next_cursor"])
     assert len(rest["items"]) == 1 and rest["next_cursor"] is None
     human = tc.ok("activity", "list", "-p", project, "--limit", "2").stdout
-    assert re.search(r"^next cursor: \S+  \(taskctl activity list --cursor \S+\)$", human, re.M)
+    assert re.search(rf"^next cursor: \S+  \(taskctl activity list -p {project} --limit 2 --cursor \S+\)$", human, re.M)
     table = rows(human)
     assert table[0] == ["REV", "WHEN", "ACTOR", "EVENT", "TASK", "CHANGES"]
     assert table[1][2:4] == ["ann", "project_created"]

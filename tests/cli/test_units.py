@@ -18,7 +18,6 @@ from taskctl.errors import TaskctlError, redact, remember_secret
 from taskctl.http import Reply, encode_query
 from taskctl.main import LAZY_COMMANDS, cli
 from taskctl.output import Column, Output
-from taskctl.task_cmd import rank_candidates
 
 
 def test_redact_masks_known_secrets_and_anything_token_shaped() -> None:
@@ -91,22 +90,6 @@ def test_token_order_option_env_then_the_pointers_file(tmp_path: Path) -> None:
     assert resolve_board("http://127.0.0.1:6666", environ={**env, "TASKLOOM_TOKEN": "tl_env"}).token == "tl_env"
     assert resolve_board("http://127.0.0.1:6666", "tl_flag", environ={**env, "TASKLOOM_TOKEN": "tl_env"}).token == "tl_flag"
     assert resolve_board(None, environ={**env, "TASKLOOM_URL": "127.0.0.1:7777"}).source == "env"
-
-
-def test_candidates_are_unassigned_or_mine_most_urgent_then_oldest() -> None:
-    def task(ident: str, priority: str, created: str, **kw: object) -> dict:
-        return {"identifier": ident, "priority": priority, "created_at": created, "status": "todo", "kind": "task", **kw}
-
-    tasks = [
-        task("A", "low", "1"),
-        task("B", "urgent", "3"),
-        task("C", "urgent", "2"),
-        task("D", "urgent", "0", assignee_kind="human", assignee_id="bob"),
-        task("E", "high", "4", assignee_kind="claude", assignee_id="w1"),
-        task("F", "urgent", "0", kind="epic"),
-        task("G", "urgent", "0", status="in_progress"),
-    ]
-    assert [t["identifier"] for t in rank_candidates(tasks, "claude", "w1")] == ["C", "B", "E", "A"]
 
 
 def test_download_names_come_from_content_disposition_as_base_names() -> None:

@@ -1,5 +1,5 @@
 """Every activity append in the source names a declared event, built by its typed constructor,
-and every declared event has a writer — except the historical pair, which must have none."""
+and every declared event has a writer — except the historical ``progress``, which must have none."""
 
 from __future__ import annotations
 
@@ -42,7 +42,14 @@ def test_every_live_event_has_a_writer() -> None:
 def test_historical_events_gain_no_writer() -> None:
     writers = writers_by_event(record_calls())
     revived = {event: sorted(writers[event]) for event in events.HISTORICAL if event in writers}
-    assert revived == {}, "progress and import_completed are historical: readable, never written again"
+    assert revived == {}, "progress is historical: readable, never written again"
+
+
+def test_import_completed_has_exactly_one_writer_again() -> None:
+    """The state import ends with one ``import_completed`` row; nothing else writes it."""
+    assert events.IMPORT_COMPLETED not in events.HISTORICAL
+    writers = writers_by_event(record_calls())
+    assert sorted(writers[events.IMPORT_COMPLETED]) == ["services/board/commands/state_import.py"]
 
 
 def test_only_the_seam_inserts_activity_rows() -> None:

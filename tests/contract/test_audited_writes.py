@@ -31,12 +31,27 @@ EXEMPT_HELPERS: dict[tuple[str, str], str] = {
         "the actor dictionary moves with the task row whose `dictionaries` names the actor",
     ("services/board/commands/common.py", "set_status"):
         "the status column moves with the caller's task_moved/task_claimed/task_reopened/... row",
+    ("services/board/commands/state_import.py", "_insert"):
+        "the imported rows move with the import's one import_completed row, written last in the same transaction",
 }
 
 #: Writes outside the commands: the schema itself and the seam's own append.
 STORE_WRITERS: dict[tuple[str, str], str] = {
-    ("services/board/store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
+    ("services/board/sqlite_store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
+    ("services/board/postgres_store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
+    ("services/board/postgres_store.py", "PostgresStore.write_secret"): "the shared board token is not board state (SPEC §4.4)",
     ("services/board/store.py", "Tx.record"): "the activity append itself",
+    ("services/board/backup.py", "backup"): "the backup's own copy (its journal mode), not the board's file",
+    ("services/board/backup.py", "restore"): "a new epoch (board_id) is board identity, not an event; the board is stopped",
+    ("services/board/backup.py", "_set_aside"): "folds the replaced file's WAL in before it is set aside; the board is stopped",
+    ("services/board/compaction.py", "raise_floor"):
+        "retention moves the floor and removes archived rows: no card changes, no revision moves (SPEC §12)",
+    ("services/board/compaction.py", "set_retention"):
+        "a board setting in board_meta, not card state (like the token, SPEC §4.4)",
+    ("services/board/conditions/marks.py", "put"):
+        "condition_marks rows are derived from state (docs/conditions.md); the conditions they mark travel as"
+        " signals, or as rows when a project persists them",
+    ("services/board/conditions/marks.py", "drop"): "the same derived marks, cleared",
 }
 
 

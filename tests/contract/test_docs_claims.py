@@ -28,7 +28,7 @@ import click
 import pytest
 
 from services.board import app as board_app
-from services.board import auth, logreader, store
+from services.board import auth, logreader, sqlite_store, store
 from services.board.cli import main as taskd_main
 from services.hub import board_link, server
 from services.hub import client as hub_client
@@ -430,7 +430,7 @@ async def test_the_store_figures_are_the_stated_ones(board: RunningBoard) -> Non
     (batch,) = stated("docs/architecture.md", r"takes whatever has queued up \(at most (\d+) commands\)")
     assert store.MAX_BATCH == int(batch)
     (busy,) = stated("docs/architecture.md", r"`busy_timeout` only matters against \*other\* processes .*? it is (\d+) s")
-    assert store.BUSY_TIMEOUT_MS == number(busy) * 1000
+    assert sqlite_store.BUSY_TIMEOUT_MS == number(busy) * 1000
     poll_ms, page = stated(
         "docs/architecture.md", r"\(every (\d+) ms by default\).*?reads the rows with `revision > position` \((\d+) at a time\)"
     )
@@ -443,19 +443,19 @@ async def test_the_store_figures_are_the_stated_ones(board: RunningBoard) -> Non
     assert (levels[pragmas[0]], pragmas[1]) == (sync, "wal")
 
 
-def test_the_postgresql_paragraph_still_describes_the_store() -> None:
+def test_the_commands_and_queries_import_no_driver_as_the_architecture_states() -> None:
     arch = text("docs/architecture.md")
-    assert "**A PostgreSQL store is not a drop-in today.**" in arch
-    assert "`store.query` hands its function a `sqlite3.Connection`" in arch
-    assert "uses `?` placeholders and SQLite's JSON functions (`json_extract`, `json_each`)" in arch
-    board_sources = python_files("services/board")
-    sql = "\n".join(node.value for path in board_sources for node in ast.walk(parse(path))
-                    if isinstance(node, ast.Constant) and isinstance(node.value, str))
-    assert "json_extract(" in sql and "json_each(" in sql and "= ?" in sql
-    importing = [path for path in board_sources
-                 if any(isinstance(node, ast.Import) and any(alias.name == "sqlite3" for alias in node.names)
+    assert "**Two engines behind one seam.**" in arch and "import no driver" in arch
+    seam_sources = python_files("services/board/commands") + python_files("services/board/queries")
+    drivers = {"sqlite3", "psycopg", "psycopg_pool"}
+    importing = [str(path) for path in seam_sources
+                 if any(isinstance(node, ast.Import) and any(alias.name.split(".")[0] in drivers for alias in node.names)
+                        or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in drivers
                         for node in ast.walk(parse(path)))]
-    assert ROOT / "services/board/store.py" in importing and len(importing) > 5
+    assert importing == []
+    sql = "\n".join(node.value for path in seam_sources for node in ast.walk(parse(path))
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str))
+    assert "json_extract(" not in sql and "json_each(" not in sql and "INSERT OR " not in sql
 
 
 def test_shared_has_no_io_as_the_architecture_states() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.board.store import connect, migrate
+from services.board.sqlite_store import connect, migrate
 from shared import domain
 
 

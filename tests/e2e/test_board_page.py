@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from services.board.commands import tasks as task_commands
-from services.board.store import Actor, SqliteStore
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor
 from tests.e2e.support_browser import Api, launch_browser
 from tests.support.board import TaskdProcess
 

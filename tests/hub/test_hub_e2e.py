@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from services.board.store import SqliteStore
+from services.board.sqlite_store import SqliteStore
 from services.hub.server import Hub
 from shared import hub_protocol as hp
 from tests.support.board import VENV_BIN, BoardClient, RunningBoard, TaskdProcess

@@ -385,7 +385,7 @@ async def _true(value: bool) -> bool:
 
 
 async def test_a_cursor_the_board_has_compacted_is_a_reset(tmp_path: Path) -> None:
-    from services.board.store import SqliteStore
+    from services.board.sqlite_store import SqliteStore
 
     from .conftest import WRITER, bulk_rows
 

@@ -32,12 +32,16 @@ def test_hello_then_requests() -> None:
     session = greeted()
     assert session.greeted
     assert session.feed(line({"type": "ping"})) == [Request("ping")]
-    assert session.feed(line({"type": "follow", "after": 7, "idle_ms": 0})) == [Request("follow", {"after": 7, "idle_ms": 0})]
+    assert session.feed(line({"type": "follow", "after": 7, "idle_ms": 0})) == [
+        Request("follow", {"after": 7, "idle_ms": 0, "signals": True})
+    ]
 
 
 def test_follow_defaults_idle_to_45_s() -> None:
     session = greeted()
-    assert session.feed(line({"type": "follow"})) == [Request("follow", {"after": None, "idle_ms": hp.DEFAULT_IDLE_MS})]
+    assert session.feed(line({"type": "follow"})) == [
+        Request("follow", {"after": None, "idle_ms": hp.DEFAULT_IDLE_MS, "signals": True})
+    ]
 
 
 def test_any_split_of_the_stream_gives_the_same_actions() -> None:

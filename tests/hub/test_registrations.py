@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from services.board.store import SqliteStore
+from services.board.sqlite_store import SqliteStore
 from services.hub.server import Hub
 from shared import hub_protocol as hp
 from tests.support.board import BoardClient, RunningBoard, start_board

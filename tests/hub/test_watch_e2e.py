@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from services.board.store import SqliteStore
+from services.board.sqlite_store import SqliteStore
 from services.hub.pointer import pid_alive, read_pointer
 from tests.support.board import (
     VENV_BIN,

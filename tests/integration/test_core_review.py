@@ -11,15 +11,10 @@ from typing import Any
 
 import pytest
 
-from services.board import store as store_module
+from services.board import sqlite_store as store_module
 from services.board.commands import projects
-from services.board.store import (
-    Actor,
-    SqliteStore,
-    migrate,
-    schema_version,
-    translate_integrity_error,
-)
+from services.board.sqlite_store import SqliteStore, migrate, schema_version, translate_integrity_error
+from services.board.store import Actor
 from tests.support.board import (
     API,
     BoardClient,

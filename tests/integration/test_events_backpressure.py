@@ -31,7 +31,8 @@ RSS_BUDGET_MB = 60
 BULK_WRITER = """
 import sys
 from pathlib import Path
-from services.board.store import Actor, SqliteStore
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor
 from services.board.commands.comments import add_comment
 from shared import events
 

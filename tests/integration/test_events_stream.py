@@ -563,7 +563,8 @@ async def _true(value: bool) -> bool:
 WRITER_SCRIPT = """
 import sys
 from pathlib import Path
-from services.board.store import Actor, SqliteStore
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor
 from services.board.commands.comments import add_comment
 
 store = SqliteStore(Path(sys.argv[1]))

@@ -73,7 +73,8 @@ async def test_tail_replays_follows_and_exits_0_on_shutdown(tmp_path: Path) -> N
             rows = await seed(client, 2)
             tail = await Tail.start(board, tmp_path, "--after", "0")
             try:
-                assert await tail.record() == {"type": "open", "after": 0}
+                meta = (await client.get("/api/v1/meta")).body
+                assert await tail.record() == {"type": "open", "after": 0, "board_id": meta["board_id"]}
                 for row in rows:
                     assert await tail.record() == {"type": "event", "revision": row["revision"], "activity": row}
                 await client.post("/api/v1/tasks", {"project": "demo", "title": "live"})
@@ -94,7 +95,8 @@ async def test_tail_starts_at_the_head_and_filters(board: RunningBoard, client: 
     rows = await seed(client, 2)
     tail = await Tail.start(board, tmp_path, "--event", "comment_added")
     try:
-        assert await tail.record() == {"type": "open", "after": rows[-1]["revision"]}
+        board_id = (await client.get("/api/v1/meta")).body["board_id"]
+        assert await tail.record() == {"type": "open", "after": rows[-1]["revision"], "board_id": board_id}
         await async_wait_until(lambda: _true(len(board.app[STREAMS]) == 1), what="the tail's stream")
         await client.post(f"/api/v1/tasks/{rows[-1]['task_id']}/comments", {"body": "hello"})
         await client.post(f"/api/v1/tasks/{rows[-1]['task_id']}/move", {"to": "backlog"})

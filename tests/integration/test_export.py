@@ -24,7 +24,8 @@ import pytest
 from services.board.commands import projects, tasks
 from services.board.commands.common import set_status
 from services.board.queries.tasks import require_task
-from services.board.store import Actor, SqliteStore, Tx
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor, Tx
 from shared import events
 from shared.timestamps import format_timestamp
 from tests.support.board import VENV_BIN, BoardClient, RunningBoard, TaskdProcess, start_board
@@ -224,8 +225,15 @@ LONG_DESCRIPTION = (
 )
 
 
+#: Why the golden card is worked on while its blocker is open.
+FORCED = "the schema lands in the same release"
+
+
 async def seed_golden_card(store: SqliteStore) -> None:
-    """DEMO-0001 with every section and a History that covers a full round trip and a reopen."""
+    """DEMO-0001 with every section and a History that covers a full round trip and a reopen.
+
+    DEMO-0003 blocks it throughout, so every claim and finishing move passes the dependency gate
+    with force and a reason, as the History then shows."""
     run = store.command
     await run(projects.create_project, ANN, id="demo", name="Demo")
     await run(tasks.create_task, ANN, project="demo", title="Write the export docs", description="Document the export.",
@@ -246,32 +254,32 @@ async def seed_golden_card(store: SqliteStore) -> None:
     ])
     await run(tasks.update_task, ANN, "DEMO-0001", title="Write the card brief docs", priority="high",
               description=LONG_DESCRIPTION)
-    await run(tasks.claim_task, WORKER, "DEMO-0001")
+    await run(tasks.claim_task, WORKER, "DEMO-0001", force=True, reason=FORCED)
     await run(open_session, WORKER, "DEMO-0001", "ses-demo-0001-w1", "work")
     for _ in range(3):
         await run(tasks.heartbeat_task, WORKER, "DEMO-0001")
     await run(ask, WORKER, "DEMO-0001", "cmt-q", "Should the docs cover --project, or only the default export?")
     await run(answer, ANN, "DEMO-0001", "cmt-a", "Cover --project too; people export one project into its repo.")
-    await run(tasks.claim_task, WORKER, "DEMO-0001")
+    await run(tasks.claim_task, WORKER, "DEMO-0001", force=True, reason=FORCED)
     for _ in range(2):
         await run(tasks.heartbeat_task, WORKER, "DEMO-0001")
     await run(put_attachment, WORKER, "DEMO-0001", "att-outline", "outline.md", 42, "ab" * 32)
     await run(remove_relation, ANN, "rel-gone")
     await run(write_report, WORKER, "DEMO-0001", "rep-1", "Wrote docs/export.md.\n\n## Open points\n\nNone.")
-    await run(tasks.move_task, WORKER, "DEMO-0001", to="in_review")
+    await run(tasks.move_task, WORKER, "DEMO-0001", to="in_review", force=True, reason=FORCED)
     await run(add_comment, BOB, "DEMO-0001", "cmt-defect", "defect", "The exit code table is missing 2 (usage).")
     await run(tasks.move_task, BOB, "DEMO-0001", to="in_progress")
     await run(prune_acceptance, ANN, "DEMO-0001", "acc-3", "the UI is out of scope here")
     await run(tasks.heartbeat_task, WORKER, "DEMO-0001")
     await run(write_report, WORKER, "DEMO-0001", "rep-2", "Added exit code 2 to the table.")
-    await run(tasks.move_task, WORKER, "DEMO-0001", to="in_review")
+    await run(tasks.move_task, WORKER, "DEMO-0001", to="in_review", force=True, reason=FORCED)
     await run(add_comment, BOB, "DEMO-0001", "cmt-ok", "confirm", "Looks right now.")
-    await run(tasks.move_task, BOB, "DEMO-0001", to="done")
+    await run(tasks.move_task, BOB, "DEMO-0001", to="done", force=True, reason=FORCED)
     await run(close_session, WORKER, "DEMO-0001", "ses-demo-0001-w1", "done")
     await run(tasks.reopen_task, ANN, "DEMO-0001", reason="The docs miss the --json output shape")
     await run(override_acceptance, ANN, "DEMO-0001", "none", "a docs fix needs no second review")
     await run(put_attachment, WORKER, "DEMO-0001", "att-outline", "outline.md", 57, "cd" * 32)
-    await run(tasks.claim_task, WORKER, "DEMO-0001")
+    await run(tasks.claim_task, WORKER, "DEMO-0001", force=True, reason=FORCED)
     await run(waive, WORKER, "DEMO-0001", "one-line docs fix, shown in the diff")
 
 
@@ -354,12 +362,13 @@ async def test_the_brief_reads_what_the_real_commands_write(client: BoardClient,
     steps = [
         await client.post(f"{ref}/acceptance", {"items": ["Every section explained", "Exit codes listed"]}),
         await client.post(f"/api/v1/tasks/{blocker['identifier']}/relations", {"type": "blocks", "target": card["id"]}),
-        await worker.post(f"{ref}/claim"),
+        await worker.post(f"{ref}/claim", {"force": True, "reason": "the docs can go first"}),
         await worker.post(f"{ref}/sessions", {"seg": 1, "phase": "work"}),
         await worker.post(f"{ref}/ask", {"body": "Cover the project flag too"}),
         await client.post(f"{ref}/comments", {"body": "Yes, cover it."}),
-        await worker.post(f"{ref}/claim"),
-        await worker.post(f"{ref}/deliver", {"body": "## Summary\n\nDone.\n\n## Changes\n\n- docs\n\n## Verification\n\nRead it."}),
+        await worker.post(f"{ref}/claim", {"force": True, "reason": "the docs can go first"}),
+        await worker.post(f"{ref}/deliver", {"body": "## Summary\n\nDone.\n\n## Changes\n\n- docs\n\n## Verification\n\nRead it.",
+                                             "force": True, "reason": "the docs can go first"}),
     ]
     assert [reply.status for reply in steps] == [200, 201, 200, 201, 200, 201, 200, 200], [r.body for r in steps]
     markdown = (await client.post("/api/v1/export", {"ref": card["id"]})).body["markdown"]
@@ -368,7 +377,8 @@ async def test_the_brief_reads_what_the_real_commands_write(client: BoardClient,
     for phrase in ("added acceptance criteria: \"Every section explained\"; \"Exit codes listed\"",
                    "added relation: blocked by DEMO-0002", "registered session", "asked: \"Cover the project flag too\"",
                    "moved in_progress → awaiting", "resumed (awaiting → todo) on that answer",
-                   "wrote the report for round 1", "delivered round 1 (in_progress → in_review)"):
+                   "wrote the report for round 1", "delivered round 1 (in_progress → in_review)",
+                   'forced past open blockers: "the docs can go first"'):
         assert phrase in history, phrase
     assert "blocked_by: [DEMO-0002]" in markdown
     assert "##### Summary" in markdown and "\n## Summary" not in markdown

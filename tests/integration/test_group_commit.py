@@ -25,7 +25,8 @@ import pytest
 
 from services.board.commands import comments, projects, tasks
 from services.board.keys import LOG_READER
-from services.board.store import Actor, SqliteStore, Tx
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor, Tx
 from shared import events
 from shared.errors import TaskloomError, validation
 from shared.sse import SSEMessage, SSEParser
@@ -375,7 +376,8 @@ WRITER_SCRIPT = """
 import sys
 from pathlib import Path
 from services.board.commands.comments import add_comment
-from services.board.store import Actor, SqliteStore
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor
 
 store = SqliteStore(Path(sys.argv[1]))
 actor = Actor("codex", "elsewhere")

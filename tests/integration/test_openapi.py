@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from services.board import report_format, schemas
+from services.board import backup, report_format, schemas
 from services.board.api import INT_MAX, INT_MIN, PREFIX, check_query
 from services.board.commands import attachments as attachment_commands
 from services.board.commands import comments as comment_commands
@@ -248,7 +248,7 @@ TEXT_CHECKS: dict[tuple[str, str, str, str], Callable[[str], Any]] = {
     ("PATCH", schemas.TASK, "body", "description"): lambda value: task_commands._check_fields(description=value),
     ("POST", f"{PREFIX}/tasks", "body", "idem"): lambda value: task_commands._check_fields(idem=value),
     **{
-        ("POST", f"{schemas.TASK}/{action}", "body", "reason"): check_reason for action in ("claim", "move")
+        ("POST", f"{schemas.TASK}/{action}", "body", "reason"): check_reason for action in ("claim", "move", "deliver")
     },
     **{
         key: lambda value: require_reason(value, "x")
@@ -267,13 +267,14 @@ TEXT_CHECKS: dict[tuple[str, str, str, str], Callable[[str], Any]] = {
     ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "workspace_path"): lambda value: project_commands._check_workspace("/" + value[1:]),
     ("POST", f"{PREFIX}/projects", "body", "name"): project_commands._check_name,
     ("PATCH", f"{PREFIX}/projects/{{id}}", "body", "name"): project_commands._check_name,
+    ("POST", f"{PREFIX}/admin/backup", "body", "path"): backup.check_path_text,
     ("GET", f"{PREFIX}/tasks", "query", "q"): task_queries.search_words,
 }
 #: Texts bounded by their pattern (whose own tests are above), and texts that only name something
 #: that must exist (a lookup answers 404 or an empty page, so no length can make them invalid).
 PATTERN_BOUNDED = {"title", "phase", "filename", "label", "id"}
 REPORT_BODIES = {("POST", f"{schemas.TASK}/{action}", "body", "body") for action in ("report", "deliver")}
-LOOKUPS = {"cursor", "project", "assignee", "actor", "kind", "task", "target", "ref", "report_id"}
+LOOKUPS = {"cursor", "project", "assignee", "actor", "kind", "task", "target", "ref", "report_id", "for", "parent"}
 
 
 def text_fields() -> dict[tuple[str, str, str, str], dict[str, Any]]:

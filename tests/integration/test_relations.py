@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from services.board.store import translate_integrity_error
+from services.board.sqlite_store import translate_integrity_error
 from tests.support.board import (
     BoardClient,
     RunningBoard,

@@ -59,6 +59,16 @@ const SAMPLES = {
   attachment_updated: { attachmentId: "f1", filename: "log.txt", content_type: "text/plain", size: 4 },
   attachment_removed: { attachmentId: "f1", filename: "log.txt", content_type: "text/plain", size: 4 },
   import_completed: { cards: 3, tasks: 3 },
+  wip_exceeded: { status: "in_progress", count: 4, limit: 3 },
+  wip_cleared: { status: "in_progress", count: 3, limit: 3 },
+  lane_drained: { status: "todo", count: 0 },
+  lane_refilled: { status: "todo", count: 1 },
+  card_blocked: { blockers: ["DEMO-0001"] },
+  card_unblocked: { blockers: ["DEMO-0001"] },
+  transition_rejected: { from: "todo", to: "in_progress", code: "DEPENDENCY_OPEN" },
+  status_timeout: { status: "in_review", since: "2030-01-01T10:00:00.000Z", max: 2 },
+  card_idle: { since: "2030-01-01T10:00:00.000Z", threshold: 60 },
+  claim_stale: { claimed_by: "w1", heartbeat_at: "2030-01-01T10:00:00.000Z", threshold: 600 },
 };
 
 test("every declared event reads as a sentence in the drawer, unknown ones too", () => {

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from services.board.store import defined_triggers, migrate, migrations
+from services.board.sqlite_store import defined_triggers, migrate, migrations
 from tests.support.board import VENV_BIN, TaskdProcess
 
 DROPPED = ("task_activities_no_update", "tasks_status_graph")

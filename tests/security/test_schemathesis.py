@@ -21,6 +21,12 @@ What the run configures, and why (nothing else is turned off):
 - ``GET /api/v1/events`` may answer 400 ``CURSOR_AHEAD`` to a schema-valid ``after``: SPEC §6.2
   refuses a cursor beyond the board's head revision with that status, and the head is state, not
   something the document can bound.
+- A cursor below the retention floor is answered 410 ``CURSOR_EXPIRED`` (SPEC §6.2): the run
+  itself may compact the log (``POST /api/v1/admin/compact``), and the floor is state too. For the
+  same reason a compaction ``through`` a revision above the head may be 400.
+- ``POST /api/v1/admin/backup`` writes a file where it is told: its ``path`` is one file in the
+  run's scratch directory (the first backup writes it, every later one is 409 ``CONFLICT``), so
+  the run never writes files elsewhere on the machine.
 - A project and tasks in each state are made first, and task references and project ids are
   drawn from them part of the time: generated names alone stop at 404 before any command runs.
 - The board runs with ``--stream-lifetime`` so that each ``GET /api/v1/events`` ends (with its
@@ -68,10 +74,12 @@ CURSORS = {
 }
 EVENTS = "^/api/v1/events$"
 #: Schemathesis' default statuses for schema-valid data, plus 422 (see above).
-ACCEPTED = ["2XX", "3XX", 401, 403, 404, 409, 422, 429, "5XX"]
+ACCEPTED = ["2XX", "3XX", 401, 403, 404, 409, 410, 422, 429, "5XX"]
+COMPACT = "^/api/v1/admin/compact$"
+BACKUP = "^/api/v1/admin/backup$"
 
 
-def config_toml(tasks: list[str]) -> str:
+def config_toml(tasks: list[str], backup_path: Path) -> str:
     """The run's schemathesis.toml (see the module docstring for each entry)."""
     lines = [
         f"seed = {SEED}",
@@ -106,6 +114,12 @@ def config_toml(tasks: list[str]) -> str:
         f"include-path-regex = {json.dumps(EVENTS)}",
         "include-method = \"GET\"",
         f"checks.positive_data_acceptance.expected-statuses = {json.dumps([*ACCEPTED, 400])}",
+        "[[operations]]",
+        f"include-path-regex = {json.dumps(COMPACT)}",
+        f"checks.positive_data_acceptance.expected-statuses = {json.dumps([*ACCEPTED, 400])}",
+        "[[operations]]",
+        f"include-path-regex = {json.dumps(BACKUP)}",
+        f"parameters = {{ \"body.path\" = {json.dumps(str(backup_path))} }}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -160,7 +174,7 @@ def test_schemathesis_finds_nothing(taskd: TaskdProcess, tmp_path: Path) -> None
     document = tmp_path / "openapi.json"
     document.write_bytes(fetch_document(taskd.url, taskd.token))
     config = tmp_path / "schemathesis.toml"
-    config.write_text(config_toml(seed(taskd.url, taskd.token)))
+    config.write_text(config_toml(seed(taskd.url, taskd.token), tmp_path / "fuzz-backup.sqlite"))
     command = [
         str(VENV_BIN / "st"), "--config-file", str(config), "run", str(document),
         "--url", taskd.url,

@@ -1,4 +1,9 @@
-"""Real boards for tests: in-process on a loopback port, or ``taskd`` as a subprocess."""
+"""Real boards for tests: in-process on a loopback port, or ``taskd`` as a subprocess.
+
+``TASKLOOM_TEST_ENGINE=postgresql`` puts every in-process board of the run on its own fresh
+database of one throwaway PostgreSQL cluster instead of a SQLite file (``make test`` runs the
+HTTP and stream suites once that way).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,8 @@ from aiohttp import web
 
 from services.board.app import BoardSettings, create_app
 from services.board.keys import STORE
-from services.board.store import SqliteStore
+from services.board.sqlite_store import SqliteStore
+from services.board.store import WriterStore
 
 from .waiting import wait_until
 
@@ -109,14 +115,49 @@ class RunningBoard:
 
     @property
     def store(self) -> SqliteStore:
-        return self.app[STORE]
+        return self.app[STORE]  # type: ignore[return-value]  # a PostgresStore under TASKLOOM_TEST_ENGINE
+
+
+#: Which engine the in-process boards of this run use: ``sqlite`` (the default) or ``postgresql``.
+ENGINE_ENV = "TASKLOOM_TEST_ENGINE"
+_CLUSTER: list[Any] = []
+
+
+def test_engine() -> str:
+    engine = os.environ.get(ENGINE_ENV, "sqlite")
+    assert engine in ("sqlite", "postgresql"), f"{ENGINE_ENV} is sqlite or postgresql, not {engine!r}"
+    return engine
+
+
+def shared_cluster() -> Any:
+    """The run's one throwaway PostgreSQL cluster, started on first use (stopped at exit)."""
+    from .postgres import Cluster, find_binaries
+
+    if not _CLUSTER:
+        cluster = Cluster(find_binaries())
+        cluster.start()
+        _CLUSTER.append(cluster)
+    return _CLUSTER[0]
+
+
+def fresh_database_url() -> str:
+    from .postgres import fresh_database
+
+    return fresh_database(shared_cluster())
 
 
 async def start_board(data_dir: Path, *, clock: Callable[[], str] | None = None, **settings: Any) -> RunningBoard:
     """A board on a free loopback port; with ``clock``, its store stamps commits with that clock."""
-    store: SqliteStore | None = None
+    store: WriterStore | None = None
+    if test_engine() == "postgresql" and "database" not in settings:
+        settings["database"] = fresh_database_url()
     if clock is not None:
-        store = SqliteStore(data_dir / "board.sqlite", clock=clock)
+        if settings.get("database"):
+            from services.board.postgres_store import PostgresStore
+
+            store = PostgresStore(settings["database"], clock=clock)
+        else:
+            store = SqliteStore(data_dir / "board.sqlite", clock=clock)
         store.open()
     app = create_app(BoardSettings(data_dir=data_dir, port=0, **settings), store=store)
     if store is not None:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.board import brief
+from services.board.queries import history as timeline_module
 from shared import events
 
 ME = "11111111-1111-1111-1111-111111111111"
@@ -112,11 +113,21 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "attachment_removed": events.attachment_removed(attachment_id="f1", filename="a.txt", content_type="text/plain",
                                                     size=4),
     "import_completed": events.import_completed(cards=3, tasks=2),
+    "wip_exceeded": events.wip_exceeded(status="in_progress", count=4, limit=3),
+    "wip_cleared": events.wip_cleared(status="in_progress", count=3, limit=3),
+    "lane_drained": events.lane_drained(status="todo", count=0),
+    "lane_refilled": events.lane_refilled(status="todo", count=1),
+    "card_blocked": events.card_blocked(blockers=["DEMO-0003"]),
+    "card_unblocked": events.card_unblocked(blockers=["DEMO-0003"]),
+    "transition_rejected": events.transition_rejected(from_="todo", to="in_progress", code="DEPENDENCY_OPEN"),
+    "status_timeout": events.status_timeout(status="in_review", since="2030-01-01T10:00:00.000Z", max_=86400),
+    "card_idle": events.card_idle(since="2030-01-01T10:00:00.000Z", threshold=3600),
+    "claim_stale": events.claim_stale(claimed_by="w1", heartbeat_at="2030-01-01T10:00:00.000Z", threshold=600),
 }
 
 
 def test_every_declared_event_has_a_phrase_and_a_sample() -> None:
-    assert set(brief.PHRASES) == set(events.EVENTS)
+    assert set(timeline_module.PHRASES) == set(events.EVENTS)
     assert set(SAMPLES) == set(events.EVENTS)
 
 
@@ -226,7 +237,7 @@ def test_long_text_is_one_clipped_line() -> None:
                  "actor_id": "ann", "round": 1, "created_at": "2030-01-01T10:00:00.000Z"}]
     (line,) = history([row("comment_added", events.comment_added(comment_id="c", kind="discuss"))], comments=comments)
     excerpt = json.loads(line.split(": ", 1)[1])
-    assert len(excerpt) == brief.EXCERPT_CHARS and excerpt.endswith("…") and "\n" not in excerpt
+    assert len(excerpt) == timeline_module.EXCERPT_CHARS and excerpt.endswith("…") and "\n" not in excerpt
 
 
 def test_a_row_without_revision_has_no_revision_tag() -> None:

@@ -36,6 +36,7 @@ _T, _F = True, False
 #: A dispatch event: others wake us, the board, our own agents and the director do not.
 DISPATCH: Final = (_T, _F, _T, _F, _F)
 NEVER: Final = (_F, _F, _F, _F, _F)
+ALWAYS: Final = (_T, _T, _T, _T, _T)
 
 _revisions = itertools.count(1)
 
@@ -104,6 +105,21 @@ EXPECTED: Final[dict[str, tuple[dict[str, Any], tuple[bool, ...]]]] = {
     ),
     # The historical importer's closing row passes the board suppression (reference §7).
     ev.IMPORT_COMPLETED: (ev.import_completed(cards=3, tasks=12), (_T, _T, _T, _F, _F)),
+    # Persisted conditions (actor system): the board noticing is not housekeeping, and a dead
+    # worker's card is work whoever the worker was (tests/subscriber/test_conditions_wake.py).
+    ev.WIP_EXCEEDED: (ev.wip_exceeded(status="in_progress", count=4, limit=3), NEVER),
+    ev.WIP_CLEARED: (ev.wip_cleared(status="in_progress", count=3, limit=3), NEVER),
+    ev.LANE_DRAINED: (ev.lane_drained(status="todo", count=0), NEVER),
+    ev.LANE_REFILLED: (ev.lane_refilled(status="todo", count=1), NEVER),
+    ev.CARD_BLOCKED: (ev.card_blocked(blockers=["WEB-0002"]), NEVER),
+    ev.CARD_UNBLOCKED: (ev.card_unblocked(blockers=["WEB-0002"]), ALWAYS),
+    ev.TRANSITION_REJECTED: (ev.transition_rejected(from_="todo", to="done", code="INVALID_TRANSITION"), NEVER),
+    # This loop names no --wake-on-timeout status.
+    ev.STATUS_TIMEOUT: (ev.status_timeout(status="in_review", since="2026-11-01T12:00:00.000Z", max_=60), NEVER),
+    ev.CARD_IDLE: (ev.card_idle(since="2026-11-01T12:00:00.000Z", threshold=60), NEVER),
+    ev.CLAIM_STALE: (
+        ev.claim_stale(claimed_by=OWN_AGENT, heartbeat_at="2026-11-01T12:00:00.000Z", threshold=600), ALWAYS,
+    ),
 }
 
 
@@ -135,8 +151,9 @@ def test_lists_match_spec() -> None:
     assert WAKE == {
         "task_created", "task_moved", "task_reopened", "task_delivered", "task_resumed",
         "report_written", "report_waived", "relation_added", "relation_removed", "import_completed",
+        "card_unblocked", "claim_stale",
     }  # fmt: skip
-    assert CONDITIONAL == {"comment_added", "task_updated"}
+    assert CONDITIONAL == {"comment_added", "task_updated", "status_timeout"}
     assert ev.WIRE_NOISE <= IGNORE
 
 

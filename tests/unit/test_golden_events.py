@@ -18,7 +18,8 @@ import pytest
 
 import shared.fixtures
 from services.board.queries.activities import ACTIVITY_COLUMNS, to_frame
-from services.board.store import Actor, SqliteStore, Tx
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor, Tx
 from shared import events
 
 FIXTURES = Path(shared.fixtures.__file__).parent
@@ -60,7 +61,7 @@ GOLDEN_ARGS: dict[str, dict[str, Any]] = {
         "labels": ["docs", "needs-review"],
     },
     events.TASK_CLAIMED: {"from_": "in_progress", "to": "in_progress", "stole_from": "worker-1",
-                          "reason": "claim went stale"},
+                          "reason": "claim went stale", "forced": True},
     events.TASK_HEARTBEAT: {"heartbeat_at": NOW},
     events.TASK_MOVED: {
         "from_": "in_progress",
@@ -69,6 +70,8 @@ GOLDEN_ARGS: dict[str, dict[str, Any]] = {
         "awaiting_reason": "which locale is the default?",
         "blocked_reason": "waiting on CI",
         "question_comment_id": COMMENT_ID,
+        "forced": True,
+        "reason": "the blocker is fixed on a branch",
     },
     events.TASK_REOPENED: {"from_": "done", "to": "todo", "reason": "the fix regressed on main", "delivery_round": 3},
     events.TASK_RESUMED: {"comment_id": COMMENT_ID, "from_": "awaiting", "to": "todo"},
@@ -82,9 +85,11 @@ GOLDEN_ARGS: dict[str, dict[str, Any]] = {
         "rollup": True,
         "canceled": 1,
         "source": "DEMO-0043",
+        "forced": True,
+        "reason": "the blocker is fixed on a branch",
     },
     events.REPORT_WAIVED: {"from_": "blocked", "to": "in_review", "round_": 1,
-                           "reason": "trivial typo, nothing to report", "delivery_round": 1},
+                           "reason": "trivial typo, nothing to report", "delivery_round": 1, "forced": True},
     events.ACCEPTANCE_CHANGED: {"added": [{"id": ITEM_ID, "text": "the README explains login"}], "revision": 118},
     events.ACCEPTANCE_PRUNED: {"reason": "duplicated by item 2",
                                "removed": [{"id": ITEM_ID, "text": "the README explains login"}]},
@@ -106,6 +111,16 @@ GOLDEN_ARGS: dict[str, dict[str, Any]] = {
     events.ATTACHMENT_REMOVED: {"attachment_id": ATTACHMENT_ID, "filename": "trace.log", "content_type": "text/plain",
                                 "size": 51377},
     events.IMPORT_COMPLETED: {"projects": 2, "tasks": 41, "comments": 17, "reports": 5, "skipped": 0},
+    events.WIP_EXCEEDED: {"status": "in_progress", "count": 4, "limit": 3},
+    events.WIP_CLEARED: {"status": "in_progress", "count": 3, "limit": 3},
+    events.LANE_DRAINED: {"status": "todo", "count": 0},
+    events.LANE_REFILLED: {"status": "todo", "count": 1},
+    events.CARD_BLOCKED: {"blockers": ["DEMO-0041", "DEMO-0043"]},
+    events.CARD_UNBLOCKED: {"blockers": ["DEMO-0041"]},
+    events.TRANSITION_REJECTED: {"from_": "todo", "to": "in_progress", "code": "DEPENDENCY_OPEN"},
+    events.STATUS_TIMEOUT: {"status": "in_review", "since": NOW, "max_": 86400},
+    events.CARD_IDLE: {"since": NOW, "threshold": 3600},
+    events.CLAIM_STALE: {"claimed_by": "worker-1", "heartbeat_at": NOW, "threshold": 600},
 }
 
 

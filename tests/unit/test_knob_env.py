@@ -155,6 +155,9 @@ def sample(knob: Knob) -> tuple[str, Any]:
     if isinstance(knob.type, click.FloatRange):
         number = max(float(knob.type.min or 0), float(knob.default or 0)) + 0.5
         return str(number), number
+    if isinstance(knob.type, click.Choice):
+        other = next(str(choice) for choice in knob.type.choices if choice != knob.default)
+        return other, other
     return "elsewhere", "elsewhere"
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from services.board import store
-from services.board.store import SchemaTooNew, connect, migrate, schema_version
+from services.board import sqlite_store as store
+from services.board.sqlite_store import connect, migrate, schema_version
+from services.board.store import SchemaTooNew
 from tests.support.board import VENV_BIN
 
 BACKDATED_NS = 1_600_000_000 * 10**9  # 2020-09-13, long before any test runs

@@ -17,7 +17,8 @@ import pytest
 
 from services.board.commands import projects, tasks
 from services.board.queries.activities import replay_after
-from services.board.store import Actor, SqliteStore, Tx, connect
+from services.board.sqlite_store import SqliteStore, connect
+from services.board.store import Actor, Tx
 from shared import events
 from shared.errors import TaskloomError, validation
 from tests.support.waiting import async_wait_until

@@ -14,12 +14,12 @@ backwards. Changing the mode is not a list change: it bumps the task's ``version
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from shared import domain, events, limits
 from shared.errors import TaskloomError, not_found, validation
 
+from ..dialect import Row
 from ..queries.acceptance import acceptance_view, list_revision
 from ..store import Tx
 from .common import load_task, new_id, refuse_archived, require_reason
@@ -37,7 +37,7 @@ def _entry(item_id: str, text: str) -> dict[str, Any]:
 BUMP_LIST_REVISION = "UPDATE tasks SET acceptance_revision = acceptance_revision + 1 WHERE id = ?"
 
 
-def _refuse_closed(task: sqlite3.Row) -> None:
+def _refuse_closed(task: Row) -> None:
     refuse_archived(task)
     if task["status"] in domain.TERMINAL:
         raise TaskloomError(
@@ -48,7 +48,7 @@ def _refuse_closed(task: sqlite3.Row) -> None:
         )
 
 
-def _clean_items(tx: Tx, task: sqlite3.Row, items: list[str]) -> list[str]:
+def _clean_items(tx: Tx, task: Row, items: list[str]) -> list[str]:
     if len(items) > limits.MAX_ACCEPTANCE_ITEMS_PER_CHANGE:
         raise validation(
             f"at most {limits.MAX_ACCEPTANCE_ITEMS_PER_CHANGE} acceptance items are added at once",

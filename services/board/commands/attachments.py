@@ -17,7 +17,6 @@ import contextlib
 import errno
 import hashlib
 import re
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from urllib.parse import quote
 from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 
+from ..dialect import Connection
 from ..files import write_atomic
 from ..queries.attachments import attachment_to_dict, get_attachment, require_attachment
 from ..queries.tasks import require_task
@@ -132,7 +132,7 @@ def write_blob(root: Path, data: bytes, sha256: str | None = None) -> str:
 # -- reads --------------------------------------------------------------------------------------
 
 
-def check_attachable(conn: sqlite3.Connection, ref: str) -> str:
+def check_attachable(conn: Connection, ref: str) -> str:
     """Refuse an unknown or archived task before any bytes reach the disk; returns the task id."""
     task = require_task(conn, ref)
     refuse_archived(task)
@@ -140,7 +140,7 @@ def check_attachable(conn: sqlite3.Connection, ref: str) -> str:
     return task_id
 
 
-def check_replaceable(conn: sqlite3.Connection, attachment_id: str) -> dict[str, Any]:
+def check_replaceable(conn: Connection, attachment_id: str) -> dict[str, Any]:
     """Refuse an unknown attachment or one on an archived task before any bytes reach the disk."""
     row = require_attachment(conn, attachment_id)
     refuse_archived(require_task(conn, row["task_id"]))
@@ -198,6 +198,7 @@ def replace_attachment(
 ) -> tuple[dict[str, Any], str | None]:
     """New content (and optionally type or name); returns (attachment, digest no longer used here)."""
     row = require_attachment(tx.conn, attachment_id)
+    attachment_id = row["id"]  # a prefix names the full id from here on
     task = require_task(tx.conn, row["task_id"])
     refuse_archived(task)
     check_size(data)
@@ -222,6 +223,7 @@ def replace_attachment(
 
 def remove_attachment(tx: Tx, attachment_id: str) -> dict[str, Any]:
     row = require_attachment(tx.conn, attachment_id)
+    attachment_id = row["id"]  # a prefix names the full id from here on
     task = require_task(tx.conn, row["task_id"])
     refuse_archived(task)
     tx.execute("DELETE FROM attachments WHERE id = ?", (attachment_id,))

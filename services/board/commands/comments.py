@@ -7,14 +7,14 @@ same transaction: ``comment_added`` then ``task_resumed``.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 
+from ..dialect import Row
 from ..queries.comments import comment_to_dict
-from ..queries.tasks import task_to_dict
+from ..queries.tasks import task_resource
 from ..store import Tx
 from .common import check_text, load_task, new_id, refuse_archived, reload, set_status, written
 
@@ -29,7 +29,7 @@ def _check_body(body: str, what: str) -> str:
     return body
 
 
-def _insert_comment(tx: Tx, task: sqlite3.Row, kind: str, body: str) -> str:
+def _insert_comment(tx: Tx, task: Row, kind: str, body: str) -> str:
     """Write the comment row and its ``comment_added`` row; returns the comment id."""
     comment_id = new_id()
     tx.execute(
@@ -115,4 +115,4 @@ def ask_question(tx: Tx, ref: str, *, body: str, if_version: int | None = None) 
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))

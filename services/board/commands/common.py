@@ -7,7 +7,6 @@ the calling command, which appends the activity row; ``tests/contract`` names th
 from __future__ import annotations
 
 import re
-import sqlite3
 import uuid
 from typing import Any
 
@@ -16,6 +15,7 @@ import orjson
 from shared import domain, limits
 from shared.errors import TaskloomError, validation
 
+from ..dialect import Row
 from ..queries.tasks import require_task
 from ..store import Tx
 
@@ -32,7 +32,7 @@ def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def load_task(tx: Tx, ref: str, *, if_version: int | None = None) -> sqlite3.Row:
+def load_task(tx: Tx, ref: str, *, if_version: int | None = None) -> Row:
     """The task a write targets, refusing a stale ``if_version`` before anything is written."""
     task = require_task(tx.conn, ref)
     if if_version is not None and if_version != task["version"]:
@@ -64,7 +64,7 @@ def require_reason(reason: str | None, what: str) -> str:
     return text
 
 
-def refuse_archived(task: sqlite3.Row) -> None:
+def refuse_archived(task: Row) -> None:
     if task["archived_at"] is not None:
         raise TaskloomError("TERMINAL_STATE", f"{task['identifier']} is archived", details={"task": task["id"]})
 
@@ -99,7 +99,7 @@ def apply_labels(tx: Tx, project_id: str, before: list[str], after: list[str]) -
             continue
         tx.execute(
             "INSERT INTO labels (project_id, name, use_count, created_at, last_used_at) VALUES (?, ?, 1, ?, ?)"
-            " ON CONFLICT (project_id, name) DO UPDATE SET use_count = use_count + 1,"
+            " ON CONFLICT (project_id, name) DO UPDATE SET use_count = labels.use_count + 1,"
             " last_used_at = excluded.last_used_at, archived_at = NULL",
             (project_id, name, tx.now, tx.now),
         )
@@ -107,7 +107,8 @@ def apply_labels(tx: Tx, project_id: str, before: list[str], after: list[str]) -
         if name in after:
             continue
         tx.execute(
-            "UPDATE labels SET use_count = max(use_count - 1, 0), last_used_at = ? WHERE project_id = ? AND name = ?",
+            "UPDATE labels SET use_count = CASE WHEN use_count > 0 THEN use_count - 1 ELSE 0 END, last_used_at = ?"
+            " WHERE project_id = ? AND name = ?",
             (tx.now, project_id, name),
         )
 
@@ -120,7 +121,7 @@ def touch_actor(tx: Tx, kind: str, actor_id: str) -> dict[str, str]:
     domain.check_actor_kind(kind, "kind")
     tx.execute(
         "INSERT INTO actors (kind, id, use_count, first_seen_at, last_seen_at) VALUES (?, ?, 1, ?, ?)"
-        " ON CONFLICT (kind, id) DO UPDATE SET use_count = use_count + 1, last_seen_at = excluded.last_seen_at",
+        " ON CONFLICT (kind, id) DO UPDATE SET use_count = actors.use_count + 1, last_seen_at = excluded.last_seen_at",
         (kind, actor_id, tx.now, tx.now),
     )
     return {"kind": kind, "id": actor_id}
@@ -132,13 +133,14 @@ def check_actor(kind: str | None, actor_id: str | None, field: str) -> None:
     check_text(actor_id, field=f"{field}_id", limit=limits.ACTOR_ID_MAX_CHARS)
 
 
-def set_status(tx: Tx, task: sqlite3.Row, to: str, **columns: Any) -> None:
+def set_status(tx: Tx, task: Row, to: str, **columns: Any) -> None:
     """Write a status change and its bookkeeping columns (audited by the caller).
 
     Leaving ``in_review`` for anything but ``done`` starts the next delivery round; entering a
     terminal status stamps ``terminal_at`` and ends any claim.
     """
-    values: dict[str, Any] = {"status": to, "version": task["version"] + 1, "updated_at": tx.now}
+    # status_since: when the card entered this status (status_timeout's clock, docs/conditions.md).
+    values: dict[str, Any] = {"status": to, "version": task["version"] + 1, "updated_at": tx.now, "status_since": tx.now}
     if task["status"] == "in_review" and to != "done":
         values["delivery_round"] = task["delivery_round"] + 1
         values["waiver_reason"] = None
@@ -156,12 +158,12 @@ def set_status(tx: Tx, task: sqlite3.Row, to: str, **columns: Any) -> None:
     tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
 
 
-def written(row: sqlite3.Row | None) -> sqlite3.Row:
+def written(row: Row | None) -> Row:
     """A row this transaction has just written, read back: its absence is a bug, never a refusal."""
     if row is None:
         raise RuntimeError("a row written in this transaction is missing")
     return row
 
 
-def reload(tx: Tx, task_id: str) -> sqlite3.Row:
+def reload(tx: Tx, task_id: str) -> Row:
     return require_task(tx.conn, task_id)

@@ -8,8 +8,11 @@ repairing a cached count is not, so a GC that archives nothing writes no row.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 from typing import Any
+
+import orjson
 
 from shared import events, limits
 from shared.errors import validation
@@ -39,15 +42,13 @@ def gc_labels(
     if project is not None:
         require_project(tx.conn, project)
     scope, params = ("WHERE project_id = ?", (project,)) if project is not None else ("", ())
-    real = {
-        (row["project_id"], row["name"]): row["uses"]
-        for row in tx.all(
-            "SELECT t.project_id, j.value AS name, count(*) AS uses FROM tasks t, json_each(t.labels_json) j"
-            f" WHERE t.archived_at IS NULL {'AND t.project_id = ?' if project is not None else ''}"
-            " GROUP BY t.project_id, j.value",
-            params,
-        )
-    }
+    # Counted here rather than in SQL: reading inside a JSON column is spelled differently by each engine.
+    real: Counter[tuple[str, str]] = Counter()
+    for row in tx.all(
+        f"SELECT project_id, labels_json FROM tasks WHERE archived_at IS NULL {'AND project_id = ?' if project is not None else ''}",
+        params,
+    ):
+        real.update((row["project_id"], name) for name in orjson.loads(row["labels_json"]))
     cutoff = format_timestamp(parse_timestamp(tx.now) - timedelta(days=ttl_days))
     mismatched: list[tuple[str, str, int]] = []
     to_archive: list[tuple[str, str]] = []

@@ -9,6 +9,7 @@ from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 from shared.json_bounds import check_free_form
 
+from ..conditions import config as conditions_config
 from ..queries.projects import get_project, require_project
 from ..store import Tx
 from .common import check_text, dumps
@@ -30,6 +31,8 @@ def _check_free_fields(readme: str | None, meta: Any, settings: Any) -> None:
     for name, value in (("meta", meta), ("settings", settings)):
         if value is not None:
             check_free_form(value, field=name)
+    if settings is not None:
+        conditions_config.check(settings)  # WIP limits, monitors, persist_conditions (SPEC §12)
 
 
 def _check_name(name: str | None) -> None:

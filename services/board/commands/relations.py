@@ -8,12 +8,13 @@ schema's ``relations_parent_rules`` trigger repeats the parent rules as a backst
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from shared import domain, events
 from shared.errors import TaskloomError, not_found, validation
 
+from ..dialect import Row
+from ..queries.refs import resolve_prefix
 from ..queries.relations import relation_to_dict
 from ..queries.tasks import require_task
 from ..store import Tx
@@ -38,7 +39,7 @@ def _reaches(tx: Tx, type_: str, start: str, goal: str) -> bool:
     return row is not None
 
 
-def _cycle(type_: str, source: sqlite3.Row, target: sqlite3.Row) -> TaskloomError:
+def _cycle(type_: str, source: Row, target: Row) -> TaskloomError:
     return _refuse(
         "RELATION_CYCLE",
         f"{target['identifier']} already leads to {source['identifier']} through {type_};"
@@ -61,7 +62,7 @@ def _chain_length(tx: Tx, task_id: str, *, upward: bool) -> int:
     return int(row[0])
 
 
-def _check_parent(tx: Tx, parent: sqlite3.Row, child: sqlite3.Row) -> None:
+def _check_parent(tx: Tx, parent: Row, child: Row) -> None:
     if parent["kind"] != "epic":
         raise _refuse(
             "RELATION_INVALID",
@@ -145,8 +146,13 @@ def remove_relation(tx: Tx, ref: str, relation_id: str) -> dict[str, Any]:
     row = tx.one(
         "SELECT * FROM relations WHERE id = ? AND ? IN (source_id, target_id)", (relation_id, task["id"])
     )
+    if row is None and (full_id := resolve_prefix(
+        tx.conn, "relation", relation_id, scope="? IN (source_id, target_id)", scope_params=(task["id"],)
+    )) is not None:
+        row = tx.one("SELECT * FROM relations WHERE id = ?", (full_id,))
     if row is None:
         raise not_found("relation", relation_id)
+    relation_id = row["id"]  # a prefix names the full id from here on
     target_row = require_task(tx.conn, row["target_id"])
     tx.execute("DELETE FROM relations WHERE id = ?", (relation_id,))
     tx.record(

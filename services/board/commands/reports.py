@@ -9,17 +9,18 @@ the independent-approval rule (``tasks.check_approval``) holds that actor to it.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from shared import domain, events
 from shared.errors import TaskloomError, not_found, validation
 
+from ..conditions import rules
+from ..dialect import Row
 from ..queries.reports import report_to_dict
-from ..queries.tasks import task_to_dict
+from ..queries.tasks import task_resource
 from ..report_format import check_report
 from ..store import Tx
-from .common import load_task, new_id, refuse_archived, reload, require_reason, set_status, written
+from .common import check_reason, load_task, new_id, refuse_archived, reload, require_reason, set_status, written
 from .tasks import check_move
 
 #: The statuses a report may be written in: the ones with an edge to in_review.
@@ -37,7 +38,7 @@ def _check_body(body: str) -> None:
         )
 
 
-def _insert_report(tx: Tx, task: sqlite3.Row, body: str) -> str:
+def _insert_report(tx: Tx, task: Row, body: str) -> str:
     """Write the report row and its ``report_written`` row; returns the report id."""
     report_id = new_id()
     tx.execute(
@@ -77,14 +78,14 @@ def write_report(tx: Tx, ref: str, *, body: str) -> dict[str, Any]:
     return report_to_dict(written(tx.one("SELECT * FROM reports WHERE id = ?", (report_id,))))
 
 
-def _latest_report(tx: Tx, task: sqlite3.Row) -> sqlite3.Row | None:
+def _latest_report(tx: Tx, task: Row) -> Row | None:
     return tx.one(
         "SELECT * FROM reports WHERE task_id = ? AND round = ? ORDER BY rowid DESC LIMIT 1",
         (task["id"], task["delivery_round"]),
     )
 
 
-def _named_report(tx: Tx, task: sqlite3.Row, report_id: str) -> sqlite3.Row:
+def _named_report(tx: Tx, task: Row, report_id: str) -> Row:
     report = tx.one("SELECT * FROM reports WHERE id = ? AND task_id = ?", (report_id, task["id"]))
     if report is None:
         raise not_found("report", report_id)
@@ -105,6 +106,8 @@ def deliver_task(
     *,
     body: str | None = None,
     report_id: str | None = None,
+    force: bool = False,
+    reason: str | None = None,
     if_version: int | None = None,
 ) -> dict[str, Any]:
     """Move to in_review with a current-round report: the one given, the one named, or the latest."""
@@ -115,6 +118,10 @@ def deliver_task(
     if body is not None:
         _check_body(body)
     check_move(task, "in_review")
+    check_reason(reason)
+    if reason is not None and not force:
+        raise validation("reason goes with force (delivering past open blockers)", fields=["reason", "force"])
+    forced = rules.refuse_open_blockers(tx.conn, task, action="delivery", force=force, reason=reason)
     if body is not None:
         report_id = _insert_report(tx, task, body)
     elif report_id is not None:
@@ -133,19 +140,25 @@ def deliver_task(
     set_status(tx, task, "in_review", delivered_by=tx.actor.id)
     tx.record(
         events.TASK_DELIVERED,
-        events.task_delivered(from_=task["status"], to="in_review", round_=task["delivery_round"], report_id=report_id),
+        events.task_delivered(
+            from_=task["status"], to="in_review", round_=task["delivery_round"], report_id=report_id,
+            forced=True if forced else None, reason=forced,
+        ),
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))
 
 
-def waive_report(tx: Tx, ref: str, *, reason: str, if_version: int | None = None) -> dict[str, Any]:
+def waive_report(
+    tx: Tx, ref: str, *, reason: str, force: bool = False, if_version: int | None = None
+) -> dict[str, Any]:
     """Move to in_review without a report; the reason is stamped on the task for the reviewer."""
     task = load_task(tx, ref, if_version=if_version)
     refuse_archived(task)
     reason = require_reason(reason, "waiving the report")
     check_move(task, "in_review")
+    forced = rules.refuse_open_blockers(tx.conn, task, action="delivery", force=force, reason=reason)
     # The waiver is a delivery: the one who waived may not approve it alone.
     set_status(tx, task, "in_review", waiver_reason=reason, delivered_by=tx.actor.id)
     tx.record(
@@ -156,8 +169,9 @@ def waive_report(tx: Tx, ref: str, *, reason: str, if_version: int | None = None
             round_=task["delivery_round"],
             reason=reason,
             delivery_round=task["delivery_round"],
+            forced=True if forced else None,
         ),
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))

@@ -6,15 +6,14 @@ follow-up commit or roll back together.
 
 from __future__ import annotations
 
-import sqlite3
-
 from shared import domain, events
 
+from ..dialect import Row
 from ..store import SYSTEM_ACTOR, Tx
 from .common import new_id, reload, set_status
 
 
-def parent_epics(tx: Tx, task_id: str) -> list[sqlite3.Row]:
+def parent_epics(tx: Tx, task_id: str) -> list[Row]:
     return tx.all(
         "SELECT t.* FROM relations r JOIN tasks t ON t.id = r.source_id"
         " WHERE r.type = 'parent' AND r.target_id = ? AND t.kind = 'epic' ORDER BY t.number",
@@ -22,7 +21,7 @@ def parent_epics(tx: Tx, task_id: str) -> list[sqlite3.Row]:
     )
 
 
-def auto_start_parents(tx: Tx, child: sqlite3.Row, *, source: str) -> None:
+def auto_start_parents(tx: Tx, child: Row, *, source: str) -> None:
     """Claiming a child starts its epic: backlog/todo → in_progress."""
     for epic in parent_epics(tx, child["id"]):
         if epic["status"] not in ("backlog", "todo") or epic["archived_at"] is not None:
@@ -42,7 +41,7 @@ def auto_start_parents(tx: Tx, child: sqlite3.Row, *, source: str) -> None:
         )
 
 
-def after_terminal(tx: Tx, child: sqlite3.Row) -> None:
+def after_terminal(tx: Tx, child: Row) -> None:
     """When an epic's last open child becomes terminal, summarise and deliver the epic."""
     for epic in parent_epics(tx, child["id"]):
         if epic["status"] not in ("in_progress", "blocked") or epic["archived_at"] is not None:

@@ -13,6 +13,7 @@ from typing import Any
 from shared import domain, events, limits
 from shared.errors import TaskloomError, not_found, validation
 
+from ..queries.refs import resolve_prefix
 from ..queries.sessions import session_to_dict
 from ..store import Tx
 from .common import check_actor, load_task, refuse_archived, written
@@ -88,8 +89,11 @@ def close_session(tx: Tx, ref: str, sid: str, *, status: str) -> dict[str, Any]:
     if status not in CLOSE_STATUSES:
         raise validation(f"status must be one of {', '.join(CLOSE_STATUSES)}", status=status)
     row = tx.one("SELECT * FROM agent_sessions WHERE id = ? AND task_id = ?", (sid, task["id"]))
+    if row is None and (full_id := resolve_prefix(tx.conn, "session", sid, scope="task_id = ?", scope_params=(task["id"],))):
+        row = tx.one("SELECT * FROM agent_sessions WHERE id = ?", (full_id,))
     if row is None:
         raise not_found("session", sid)
+    sid = row["id"]  # a prefix names the full id from here on
     if row["status"] != "open":
         raise TaskloomError(
             "CONFLICT",

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from datetime import timedelta
 from typing import Any
+
+import orjson
 
 from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 from shared.json_bounds import check_free_form
 from shared.timestamps import parse_timestamp
 
+from ..conditions import rules
+from ..dialect import Row
 from ..queries.projects import require_project
-from ..queries.tasks import task_to_dict
+from ..queries.tasks import task_resource, task_to_dict
 from ..store import Tx
-from . import rollup
+from . import relations, rollup
 from .common import (
     apply_labels,
     check_actor,
@@ -38,6 +41,8 @@ UPDATABLE = (
     "assignee_kind", "assignee_id", "reporter_kind", "reporter_id", "meta",
 )
 _COLUMNS = {"labels": "labels_json", "meta": "meta_json"}
+#: Moves the dependency gate holds back while a blocker is open (SPEC §12).
+FINISHING = frozenset({"in_review", "done"})
 
 
 def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
@@ -64,7 +69,7 @@ def _title(raw: str | None) -> str:
     return title
 
 
-def _refuse_unparenting(tx: Tx, task: sqlite3.Row, kind: str) -> None:
+def _refuse_unparenting(tx: Tx, task: Row, kind: str) -> None:
     """An epic with children stays an epic: its children would hang off a parent that is not one."""
     if task["kind"] != "epic" or kind == "epic":
         return
@@ -116,8 +121,13 @@ def create_task(
     acceptance_mode: str = "review",
     meta: dict[str, Any] | None = None,
     idem: str | None = None,
+    parent: str | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Create a task; returns (task, created). A live task holding the idem key is returned as is."""
+    """Create a task; returns (task, created). A live task holding the idem key is returned as is.
+
+    ``parent`` names an epic: the child's ``parent`` relation is added in the same transaction, so
+    a parent the rules refuse (not an epic, another project, too deep) leaves no orphan behind.
+    """
     project_row = require_project(tx.conn, project)
     title = _title(title)
     _choice(kind, domain.KINDS, "kind")
@@ -137,7 +147,7 @@ def create_task(
             (idem, project),
         )
         if holder is not None:
-            return task_to_dict(holder), False
+            return task_resource(tx.conn, holder), False
 
     number = project_row["next_number"]
     identifier = f"{project_row['prefix']}-{number:04d}"
@@ -152,11 +162,11 @@ def create_task(
     tx.execute(
         "INSERT INTO tasks (id, project_id, number, identifier, title, description, kind, priority, status,"
         " labels_json, assignee_kind, assignee_id, reporter_kind, reporter_id, acceptance_mode, idem, meta_json,"
-        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " created_at, updated_at, status_since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             task_id, project, number, identifier, title, description, kind, priority, status, dumps(label_names),
             assignee_kind, assignee_id, reporter_kind, reporter_id, acceptance_mode, idem, dumps(meta),
-            tx.now, tx.now,
+            tx.now, tx.now, tx.now,
         ),
     )
     tx.record(
@@ -173,7 +183,9 @@ def create_task(
         task_id=task_id,
         project_id=project,
     )
-    return task_to_dict(reload(tx, task_id)), True
+    if parent is not None:
+        relations.add_relation(tx, parent, type="parent", target=task_id)
+    return task_resource(tx.conn, reload(tx, task_id)), True
 
 
 def _short(value: Any) -> bool:
@@ -206,7 +218,7 @@ def update_task(tx: Tx, ref: str, *, if_version: int | None = None, **patch: Any
 
     changed = [name for name in UPDATABLE if name in patch and patch[name] != current[name]]
     if not changed:
-        return current
+        return task_resource(tx.conn, task)
     dictionaries: dict[str, Any] = {}
     for who in ("assignee", "reporter"):
         if f"{who}_kind" in changed or f"{who}_id" in changed:
@@ -235,7 +247,7 @@ def update_task(tx: Tx, ref: str, *, if_version: int | None = None, **patch: Any
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))
 
 
 def _age_seconds(tx: Tx, stamp: str | None) -> float:
@@ -249,6 +261,7 @@ def claim_task(
     ref: str,
     *,
     steal: bool = False,
+    force: bool = False,
     reason: str | None = None,
     if_version: int | None = None,
     fresh_seconds: float = domain.CLAIM_FRESH_SECONDS,
@@ -262,6 +275,8 @@ def claim_task(
     if task["kind"] == "epic":
         raise TaskloomError("NOT_CLAIMABLE", f"{task['identifier']} is an epic; claim its children", details={"kind": "epic"})
     stole_from: str | None = None
+    # Checked before the claim rules: a blocked card is not work yet, whoever holds it (SPEC §12).
+    forced = rules.refuse_open_blockers(tx.conn, task, action="claiming", force=force, reason=reason)
     if task["status"] == "todo":
         assignee = task["assignee_id"]
         if assignee is not None and (task["assignee_kind"], assignee) != (me.kind, me.id):
@@ -279,7 +294,7 @@ def claim_task(
         age = _age_seconds(tx, task["heartbeat_at"])
         if holder == (me.kind, me.id):
             if age <= fresh_seconds:
-                return task_to_dict(task)  # a same-actor re-claim is not a new fact
+                return task_resource(tx.conn, task)  # a same-actor re-claim is not a new fact
         elif age <= stale_seconds:
             raise TaskloomError(
                 "EXECUTION_ACTIVE",
@@ -309,12 +324,15 @@ def claim_task(
     touch_actor(tx, me.kind, me.id)
     tx.record(
         events.TASK_CLAIMED,
-        events.task_claimed(from_=task["status"], to="in_progress", stole_from=stole_from, reason=reason if stole_from else None),
+        events.task_claimed(
+            from_=task["status"], to="in_progress", stole_from=stole_from,
+            reason=reason if stole_from or forced else None, forced=True if forced else None,
+        ),
         task_id=task["id"],
         project_id=task["project_id"],
     )
     rollup.auto_start_parents(tx, task, source="claim")
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))
 
 
 def heartbeat_task(tx: Tx, ref: str) -> dict[str, Any]:
@@ -329,10 +347,10 @@ def heartbeat_task(tx: Tx, ref: str) -> dict[str, Any]:
         )
     tx.execute("UPDATE tasks SET heartbeat_at = ? WHERE id = ?", (tx.now, task["id"]))
     tx.record(events.TASK_HEARTBEAT, events.task_heartbeat(heartbeat_at=tx.now), task_id=task["id"], project_id=task["project_id"])
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))
 
 
-def check_move(task: sqlite3.Row, to: str) -> None:
+def check_move(task: Row, to: str) -> None:
     """Refuse a move the graph or the terminal rule forbids, with the command that would do it."""
     _choice(to, domain.STATUSES, "to")
     current = task["status"]
@@ -351,29 +369,42 @@ def check_move(task: sqlite3.Row, to: str) -> None:
         )
 
 
-def has_current_report(tx: Tx, task: sqlite3.Row) -> sqlite3.Row | None:
+def has_current_report(tx: Tx, task: Row) -> Row | None:
     return tx.one(
         "SELECT * FROM reports WHERE task_id = ? AND round = ? ORDER BY created_at DESC LIMIT 1",
         (task["id"], task["delivery_round"]),
     )
 
 
-def check_approval(tx: Tx, task: sqlite3.Row) -> None:
+def check_approval(tx: Tx, task: Row) -> None:
     """``in_review → done`` under mode review needs an independent current-round ``confirm``."""
     if task["acceptance_mode"] != "review":
         return
     # The approval must come after the delivery it approves: a confirm written earlier in the round
     # reviewed work that was still changing. Revision order is the log's only order.
-    approval = tx.one(
-        "SELECT 1 FROM comments c JOIN task_activities a"
-        "  ON a.task_id = c.task_id AND a.event = 'comment_added' AND json_extract(a.changes_json, '$.commentId') = c.id"
-        " WHERE c.task_id = :task AND c.kind = 'confirm' AND c.round = :round AND c.actor_id IS NOT :delivered_by"
-        "   AND a.revision > (SELECT coalesce(max(revision), 0) FROM task_activities"
-        "                      WHERE task_id = :task AND (event IN ('task_delivered', 'report_waived')"
-        "                         OR (event = 'task_moved' AND json_extract(changes_json, '$.to') = 'in_review')))",
-        {"task": task["id"], "round": task["delivery_round"], "delivered_by": task["delivered_by"]},
+    # The JSON inside the activity rows is read here, not in SQL (each engine spells that differently).
+    delivered_at = 0
+    for row in tx.all(
+        "SELECT revision, event, changes_json FROM task_activities"
+        " WHERE task_id = ? AND event IN ('task_delivered', 'report_waived', 'task_moved') ORDER BY revision",
+        (task["id"],),
+    ):
+        if row["event"] != "task_moved" or orjson.loads(row["changes_json"]).get("to") == "in_review":
+            delivered_at = row["revision"]
+    confirms = {
+        row["id"]
+        for row in tx.all("SELECT id, actor_id FROM comments WHERE task_id = ? AND kind = 'confirm' AND round = ?",
+                          (task["id"], task["delivery_round"]))
+        if row["actor_id"] != task["delivered_by"]
+    }
+    approved = bool(confirms) and any(
+        orjson.loads(row["changes_json"]).get("commentId") in confirms
+        for row in tx.all(
+            "SELECT changes_json FROM task_activities WHERE task_id = ? AND event = 'comment_added' AND revision > ?",
+            (task["id"], delivered_at),
+        )
     )
-    if approval is None:
+    if not approved:
         raise TaskloomError(
             "APPROVAL_REQUIRED",
             f"{task['identifier']} needs an approving confirm comment from someone other than who delivered it",
@@ -387,6 +418,7 @@ def move_task(
     ref: str,
     *,
     to: str,
+    force: bool = False,
     reason: str | None = None,
     if_version: int | None = None,
 ) -> dict[str, Any]:
@@ -394,8 +426,13 @@ def move_task(
     refuse_archived(task)
     check_reason(reason)
     if to == task["status"]:
-        return task_to_dict(task)
+        return task_resource(tx.conn, task)
     check_move(task, to)
+    # Finishing waits for the blockers too; leaving for todo, blocked or canceled never does.
+    forced = (
+        rules.refuse_open_blockers(tx.conn, task, action=f"moving to {to}", force=force, reason=reason)
+        if to in FINISHING else None
+    )
     if task["status"] == "todo" and to == "in_progress":
         raise TaskloomError(
             "INVALID_TRANSITION",
@@ -429,6 +466,8 @@ def move_task(
             delivery_round=moved["delivery_round"],
             awaiting_reason=reason if to == "awaiting" else None,
             blocked_reason=reason if to == "blocked" else None,
+            forced=True if forced else None,
+            reason=forced,
         ),
         task_id=task["id"],
         project_id=task["project_id"],
@@ -436,7 +475,7 @@ def move_task(
     if to in domain.TERMINAL:
         rollup.after_terminal(tx, moved)
     # Neither the activity row nor the epic rollup touches this task's row: ``moved`` is current.
-    return task_to_dict(moved)
+    return task_resource(tx.conn, moved)
 
 
 def reopen_task(tx: Tx, ref: str, *, reason: str, if_version: int | None = None) -> dict[str, Any]:
@@ -458,7 +497,7 @@ def reopen_task(tx: Tx, ref: str, *, reason: str, if_version: int | None = None)
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))
 
 
 def archive_task(tx: Tx, ref: str, *, quiet_seconds: float = 0.0, if_version: int | None = None) -> dict[str, Any]:
@@ -489,4 +528,4 @@ def archive_task(tx: Tx, ref: str, *, quiet_seconds: float = 0.0, if_version: in
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_to_dict(reload(tx, task["id"]))
+    return task_resource(tx.conn, reload(tx, task["id"]))

@@ -5,14 +5,15 @@ Every function takes a read connection (``store.query(fn, ...)``) so one call is
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from shared.errors import TaskloomError
 from shared.limits import MAX_CHANGES_BYTES, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 
+from ..dialect import Connection, Row
 from .paging import decode_cursor, page
 
 ACTIVITY_COLUMNS = "id, task_id, project_id, actor_kind, actor_id, event, changes_json, revision, created_at"
@@ -30,7 +31,7 @@ def _changes(text: str) -> Any:
     return orjson.loads(text)
 
 
-def to_frame(row: sqlite3.Row | Mapping[str, Any]) -> dict[str, Any]:
+def to_frame(row: Row | Mapping[str, Any]) -> dict[str, Any]:
     """The activity frame of SPEC §6.1; the same shape on every surface."""
     return {
         "id": row["id"],
@@ -45,16 +46,37 @@ def to_frame(row: sqlite3.Row | Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def head(conn: sqlite3.Connection) -> int:
+def head(conn: Connection) -> int:
     revision: int = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
     return revision
 
 
-def board_meta(conn: sqlite3.Connection) -> dict[str, str]:
+def board_meta(conn: Connection) -> dict[str, str]:
     return {row["key"]: row["value"] for row in conn.execute("SELECT key, value FROM board_meta")}
 
 
-def replay_after(conn: sqlite3.Connection, cursor: int, limit: int = REPLAY_PAGE) -> list[sqlite3.Row]:
+def floor(conn: Connection) -> int:
+    """The retention floor: rows at or below it were compacted away (services/board/compaction.py)."""
+    return int(board_meta(conn).get("floor", "0"))
+
+
+def cursor_expired(after: int | None, floor_revision: int) -> TaskloomError:
+    return TaskloomError(
+        "CURSOR_EXPIRED",
+        f"revisions up to {floor_revision} have been compacted; cursor {after} cannot be resumed",
+        details={"after": after, "floor": floor_revision},
+        hint="rescan board state, then follow from /api/v1/meta's revision",
+    )
+
+
+def check_not_expired(conn: Connection, after: int) -> None:
+    """A reader resuming below the floor would miss the rows compacted away: 410, never a gap."""
+    current = floor(conn)
+    if after < current:
+        raise cursor_expired(after, current)
+
+
+def replay_after(conn: Connection, cursor: int, limit: int = REPLAY_PAGE) -> list[Row]:
     """Streamable rows with ``revision > cursor`` in revision order (NULL revisions never stream)."""
     return conn.execute(
         f"SELECT {ACTIVITY_COLUMNS} FROM task_activities WHERE revision > ? ORDER BY revision LIMIT ?",
@@ -63,7 +85,7 @@ def replay_after(conn: sqlite3.Connection, cursor: int, limit: int = REPLAY_PAGE
 
 
 def list_activities(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     after: int | None = None,
     cursor: str | None = None,
@@ -77,6 +99,15 @@ def list_activities(
     """A keyset page of activities by id; ``after`` filters by revision, ``cursor`` continues a page."""
     clauses: list[str] = []
     params: list[Any] = []
+    if after is not None:
+        check_not_expired(conn, after)
+    descending = order == "desc"
+    if cursor is not None and not descending:
+        # An ascending page continues after a row id; rows past it that were compacted away since
+        # the last page would be skipped without a word.
+        meta = board_meta(conn)
+        if decode_cursor(cursor) < int(meta.get("floor_id", "0")):
+            raise cursor_expired(after, int(meta.get("floor", "0")))
     if after is not None:
         clauses.append("revision > ?")
         params.append(after)
@@ -92,7 +123,6 @@ def list_activities(
     if actor is not None:
         clauses.append("actor_id = ?")
         params.append(actor)
-    descending = order == "desc"
     if cursor is not None:
         clauses.append("id < ?" if descending else "id > ?")
         params.append(decode_cursor(cursor))

@@ -2,33 +2,36 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from shared.errors import not_found
 
+from ..dialect import Connection, Row
 from .paging import whole
+from .refs import resolve_prefix
 from .tasks import require_task
 
 ATTACHMENT_FIELDS = ("id", "task_id", "filename", "content_type", "size", "sha256", "created_at", "updated_at")
 
 
-def attachment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+def attachment_to_dict(row: Row) -> dict[str, Any]:
     return {name: row[name] for name in ATTACHMENT_FIELDS}
 
 
-def require_attachment(conn: sqlite3.Connection, attachment_id: str) -> sqlite3.Row:
-    row: sqlite3.Row | None = conn.execute("SELECT * FROM attachments WHERE id = ?", (attachment_id,)).fetchone()
+def require_attachment(conn: Connection, attachment_id: str) -> Row:
+    row: Row | None = conn.execute("SELECT * FROM attachments WHERE id = ?", (attachment_id,)).fetchone()
+    if row is None and (full_id := resolve_prefix(conn, "attachment", attachment_id)) is not None:
+        row = conn.execute("SELECT * FROM attachments WHERE id = ?", (full_id,)).fetchone()
     if row is None:
         raise not_found("attachment", attachment_id)
     return row
 
 
-def get_attachment(conn: sqlite3.Connection, attachment_id: str) -> dict[str, Any]:
+def get_attachment(conn: Connection, attachment_id: str) -> dict[str, Any]:
     return attachment_to_dict(require_attachment(conn, attachment_id))
 
 
-def list_attachments(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
+def list_attachments(conn: Connection, ref: str) -> dict[str, Any]:
     task = require_task(conn, ref)
     rows = conn.execute(
         "SELECT * FROM attachments WHERE task_id = ? ORDER BY created_at, rowid", (task["id"],)

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from typing import Any
 
+from ..dialect import Connection, placeholders
 from .activities import ACTIVITY_COLUMNS, to_frame
+from .activities import floor as log_floor
 from .tasks import require_task, task_to_dict
 
 RELATION_EVENTS = ("relation_added", "relation_removed")
 
 
-def _rows(conn: sqlite3.Connection, sql: str, task_id: str) -> list[dict[str, Any]]:
+def _rows(conn: Connection, sql: str, task_id: str) -> list[dict[str, Any]]:
     return [dict(row) for row in conn.execute(sql, (task_id,))]
 
 
-def card_snapshot(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
+def card_snapshot(conn: Connection, ref: str) -> dict[str, Any]:
     """Everything the brief of one card shows, in display order (creation order, rowid breaking ties)."""
     task = task_to_dict(require_task(conn, ref))
     task_id = task["id"]
@@ -44,8 +44,8 @@ def card_snapshot(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
     identifiers = {
         row["id"]: row["identifier"]
         for row in conn.execute(
-            "SELECT id, identifier FROM tasks WHERE id IN (SELECT value FROM json_each(?))",
-            (json.dumps(sorted(mentioned)),),
+            f"SELECT id, identifier FROM tasks WHERE id IN ({placeholders(sorted(mentioned))})",
+            sorted(mentioned),
         )
     }
     return {
@@ -82,4 +82,13 @@ def card_snapshot(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
         ),
         "activities": activities,
         "identifiers": identifiers,
+        # Retention removed this card's earliest rows (its task_created among them): History says so.
+        "archived_through": _archived_through(conn, activities),
     }
+
+
+def _archived_through(conn: Any, rows: list[dict[str, Any]]) -> int | None:
+    floor = log_floor(conn)
+    if floor and not any(row["event"] == "task_created" for row in rows):
+        return floor
+    return None

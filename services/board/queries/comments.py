@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
+from ..dialect import Connection, Row
 from .paging import decode_cursor, page
 from .tasks import require_task
 
 
-def comment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+def comment_to_dict(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "task_id": row["task_id"],
@@ -22,7 +22,7 @@ def comment_to_dict(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def list_comments(conn: sqlite3.Connection, ref: str, *, cursor: str | None = None, limit: int = 100) -> dict[str, Any]:
+def list_comments(conn: Connection, ref: str, *, cursor: str | None = None, limit: int = 100) -> dict[str, Any]:
     """A task's comments, oldest first, paged by an opaque keyset cursor."""
     task = require_task(conn, ref)
     after = decode_cursor(cursor) if cursor is not None else 0

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from ..dialect import Connection, Row
 from .paging import decode_key_cursor, page
 from .projects import require_project
 
@@ -13,12 +13,12 @@ LABEL_FIELDS = ("project_id", "name", "use_count", "created_at", "last_used_at",
 ACTOR_FIELDS = ("kind", "id", "use_count", "first_seen_at", "last_seen_at")
 
 
-def _fields(names: tuple[str, ...]) -> Callable[[sqlite3.Row], dict[str, Any]]:
+def _fields(names: tuple[str, ...]) -> Callable[[Row], dict[str, Any]]:
     return lambda row: {name: row[name] for name in names}
 
 
 def list_labels(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project: str | None = None,
     archived: bool = False,
@@ -45,7 +45,7 @@ def list_labels(
 
 
 def list_actors(
-    conn: sqlite3.Connection, *, kind: str | None = None, cursor: str | None = None, limit: int = 100
+    conn: Connection, *, kind: str | None = None, cursor: str | None = None, limit: int = 100
 ) -> dict[str, Any]:
     """The assignee/reporter dictionary by (kind, id)."""
     clauses: list[str] = []

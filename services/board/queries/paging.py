@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import orjson
 
 from shared.errors import validation
+
+from ..dialect import Row
 
 #: Prefixes inside the base64url text, one per key shape.
 INTEGER_KEY: Final = b"a:"
@@ -71,11 +72,11 @@ def decode_key_cursor(text: str, width: int) -> list[str]:
 
 
 def page(
-    rows: Sequence[sqlite3.Row],
+    rows: Sequence[Row],
     *,
     limit: int,
-    item: Callable[[sqlite3.Row], Any],
-    key: Callable[[sqlite3.Row], Key],
+    item: Callable[[Row], Any],
+    key: Callable[[Row], Key],
 ) -> dict[str, Any]:
     """The page of ``rows`` fetched with ``LIMIT limit + 1``: the extra row, when it came, only
     says that more follow, and the cursor names the key of the last row kept."""

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import orjson
 
 from shared.errors import not_found
 
+from ..dialect import Connection, Row
 from .paging import whole
 
 
-def project_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+def project_to_dict(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "name": row["name"],
@@ -27,17 +27,17 @@ def project_to_dict(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def require_project(conn: sqlite3.Connection, project_id: str) -> sqlite3.Row:
-    row: sqlite3.Row | None = conn.execute("SELECT * FROM projects WHERE id = ?", (project_id,)).fetchone()
+def require_project(conn: Connection, project_id: str) -> Row:
+    row: Row | None = conn.execute("SELECT * FROM projects WHERE id = ?", (project_id,)).fetchone()
     if row is None:
         raise not_found("project", project_id)
     return row
 
 
-def get_project(conn: sqlite3.Connection, project_id: str) -> dict[str, Any]:
+def get_project(conn: Connection, project_id: str) -> dict[str, Any]:
     return project_to_dict(require_project(conn, project_id))
 
 
-def list_projects(conn: sqlite3.Connection) -> dict[str, Any]:
+def list_projects(conn: Connection) -> dict[str, Any]:
     rows = conn.execute("SELECT * FROM projects ORDER BY id").fetchall()
     return whole([project_to_dict(row) for row in rows])

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
+from ..dialect import Connection, Row
 from .paging import whole
 from .tasks import require_task
 
 
-def relation_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+def relation_to_dict(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "type": row["type"],
@@ -19,7 +19,7 @@ def relation_to_dict(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def list_relations(conn: sqlite3.Connection, ref: str, *, type: str | None = None) -> dict[str, Any]:
+def list_relations(conn: Connection, ref: str, *, type: str | None = None) -> dict[str, Any]:
     """Both directions of ``ref``'s relations, each with the task at the other end."""
     task = require_task(conn, ref)
     rows = conn.execute(

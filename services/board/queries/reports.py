@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
+from ..dialect import Connection, Row
 from .paging import decode_cursor, page
 from .tasks import require_task
 
 
-def report_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+def report_to_dict(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "task_id": row["task_id"],
@@ -22,7 +22,7 @@ def report_to_dict(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def list_reports(
-    conn: sqlite3.Connection, ref: str, *, round_: int | None = None, cursor: str | None = None, limit: int = 100
+    conn: Connection, ref: str, *, round_: int | None = None, cursor: str | None = None, limit: int = 100
 ) -> dict[str, Any]:
     """A task's reports, oldest first, optionally of one round, paged by an opaque keyset cursor."""
     task = require_task(conn, ref)

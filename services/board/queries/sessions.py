@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
+from ..dialect import Connection, Row
 from .paging import whole
 from .tasks import require_task
 
@@ -13,11 +13,11 @@ SESSION_FIELDS = (
 )
 
 
-def session_to_dict(row: sqlite3.Row) -> dict[str, Any]:
+def session_to_dict(row: Row) -> dict[str, Any]:
     return {name: row[name] for name in SESSION_FIELDS}
 
 
-def list_sessions(conn: sqlite3.Connection, ref: str, *, status: str | None = None) -> dict[str, Any]:
+def list_sessions(conn: Connection, ref: str, *, status: str | None = None) -> dict[str, Any]:
     task = require_task(conn, ref)
     rows = conn.execute(
         "SELECT * FROM agent_sessions WHERE task_id = ? AND (? IS NULL OR status = ?) ORDER BY created_at, seg, rowid",

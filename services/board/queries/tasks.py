@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any, Final, NamedTuple
 
 import orjson
 
-from shared import limits
+from shared import domain, limits
 from shared.errors import not_found, validation
 
-from .paging import decode_cursor, page
+from ..conditions import rules
+from ..dialect import Connection, Row, dialect_of
+from .paging import decode_cursor, decode_key_cursor, encode_cursor, page
+from .refs import resolve_prefix
 
 TASK_FIELDS = (
     "id", "identifier", "project_id", "number", "title", "description", "kind", "priority", "status",
     "assignee_kind", "assignee_id", "reporter_kind", "reporter_id", "claimed_by_kind", "claimed_by",
     "claimed_at", "heartbeat_at", "delivered_by", "delivery_round", "acceptance_mode", "waiver_reason",
     "awaiting_reason", "blocked_reason", "idem", "version", "revision", "archived_at", "created_at", "updated_at",
+    "status_since",
 )
+#: Priority ranks of the ready queue, urgent first (rules.PRIORITY_RANK_SQL in Python).
+_RANKS = tuple(reversed(domain.PRIORITIES))
 
 
-def task_to_dict(row: sqlite3.Row) -> dict[str, Any]:
-    # One C-level pass over the row: a lookup by name on sqlite3.Row scans the column names.
+def task_to_dict(row: Row) -> dict[str, Any]:
+    # One C-level pass over the row: a lookup by name on Row scans the column names.
     values = dict(zip(row.keys(), row))
     task = {name: values[name] for name in TASK_FIELDS}
     task["labels"] = orjson.loads(values["labels_json"])
@@ -29,27 +34,46 @@ def task_to_dict(row: sqlite3.Row) -> dict[str, Any]:
     return task
 
 
-def find_task(conn: sqlite3.Connection, ref: str) -> sqlite3.Row | None:
-    """A task by uuid or by identifier (``PREFIX-0001``, case-insensitive)."""
-    row: sqlite3.Row | None = conn.execute("SELECT * FROM tasks WHERE id = ?", (ref,)).fetchone()
+def blockers_of(conn: Connection, task_ids: list[str]) -> dict[str, list[str]]:
+    """Open blockers (identifiers, sorted) of each card, by the one rule (conditions/rules.py)."""
+    found: dict[str, list[str]] = {}
+    for task_id in task_ids:
+        blockers = rules.open_blockers(conn, task_id)
+        if blockers:
+            found[task_id] = blockers
+    return found
+
+
+def task_resource(conn: Connection, row: Row) -> dict[str, Any]:
+    """A task as the API answers it: its fields and its open blockers (``blocked_by``)."""
+    task = task_to_dict(row)
+    task["blocked_by"] = rules.open_blockers(conn, task["id"])
+    return task
+
+
+def find_task(conn: Connection, ref: str) -> Row | None:
+    """A task by uuid, by identifier (``PREFIX-0001``, case-insensitive), or by a unique uuid prefix."""
+    row: Row | None = conn.execute("SELECT * FROM tasks WHERE id = ?", (ref,)).fetchone()
     if row is None:
         row = conn.execute("SELECT * FROM tasks WHERE identifier = ?", (ref.upper(),)).fetchone()
+    if row is None and (task_id := resolve_prefix(conn, "task", ref)) is not None:
+        row = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
     return row
 
 
-def require_task(conn: sqlite3.Connection, ref: str) -> sqlite3.Row:
+def require_task(conn: Connection, ref: str) -> Row:
     row = find_task(conn, ref)
     if row is None:
         raise not_found("task", ref)
     return row
 
 
-def get_task(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
-    return task_to_dict(require_task(conn, ref))
+def get_task(conn: Connection, ref: str) -> dict[str, Any]:
+    return task_resource(conn, require_task(conn, ref))
 
 
 def list_tasks(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     project: str | None = None,
     status: list[str] | None = None,
@@ -58,12 +82,20 @@ def list_tasks(
     kind: str | None = None,
     q: str | None = None,
     include_archived: bool = False,
+    blocked: bool | None = None,
+    ready: bool = False,
+    for_actor: str | None = None,
+    now: str | None = None,
+    fresh_seconds: float = domain.CLAIM_FRESH_SECONDS,
     cursor: str | None = None,
     limit: int = 100,
 ) -> dict[str, Any]:
-    """Tasks in creation order (rowid), paged by an opaque keyset cursor."""
+    """Tasks in creation order (rowid), paged by an opaque keyset cursor; ``ready`` answers the
+    claimable queue instead, in priority order (conditions/rules.py)."""
     clauses: list[str] = []
     params: list[Any] = []
+    if for_actor is not None and not ready:
+        raise validation("for applies to the ready queue: add ready=true", field="for")
     if project is not None:
         clauses.append("project_id = ?")
         params.append(project)
@@ -74,7 +106,7 @@ def list_tasks(
         clauses.append("assignee_id = ?")
         params.append(assignee)
     if label is not None:
-        clauses.append("EXISTS (SELECT 1 FROM json_each(labels_json) WHERE value = ?)")
+        clauses.append(dialect_of(conn).json_array_has("labels_json"))
         params.append(label)
     if kind is not None:
         clauses.append("kind = ?")
@@ -87,6 +119,13 @@ def list_tasks(
         source = found.source
     if not include_archived:
         clauses.append("archived_at IS NULL")
+    if blocked is not None:
+        clauses.append(("" if blocked else "NOT ") + rules.blocked_clause())
+    if ready:
+        if now is None:
+            raise ValueError("the ready queue is judged at a moment: pass now")
+        rule, rule_params = rules.ready_clause(now=now, fresh_seconds=fresh_seconds, for_actor=for_actor)
+        return _ready_page(conn, [*clauses, rule], [*params, *rule_params], cursor=cursor, limit=limit)
     if cursor is not None:
         clauses.append("rowid > ?")
         params.append(decode_cursor(cursor))
@@ -94,7 +133,48 @@ def list_tasks(
     rows = conn.execute(
         f"SELECT rowid AS _rowid, * FROM {source} {where} ORDER BY rowid LIMIT ?", (*params, limit + 1)
     ).fetchall()
-    return page(rows, limit=limit, item=task_to_dict, key=lambda row: row["_rowid"])
+    return _with_blockers(conn, page(rows, limit=limit, item=task_to_dict, key=lambda row: row["_rowid"]))
+
+
+def _with_blockers(conn: Connection, answer: dict[str, Any]) -> dict[str, Any]:
+    found = blockers_of(conn, [item["id"] for item in answer["items"]])
+    for item in answer["items"]:
+        item["blocked_by"] = found.get(item["id"], [])
+    return answer
+
+
+def _ready_page(
+    conn: Connection, clauses: list[str], params: list[Any], *, cursor: str | None, limit: int
+) -> dict[str, Any]:
+    """The ready queue: one index walk per priority, urgent first, creation order within each,
+    stopping as soon as the page is full (no sort of every todo card)."""
+    start_rank, after = 0, 0
+    if cursor is not None:
+        rank_text, rowid_text = decode_key_cursor(cursor, 2)
+        if not (rank_text.isdigit() and rowid_text.isdigit()) or int(rank_text) >= len(_RANKS):
+            raise validation("malformed cursor", cursor=cursor)
+        start_rank, after = int(rank_text), int(rowid_text)
+    where = " AND ".join(clauses)
+    rows: list[tuple[int, Row]] = []
+    for rank in range(start_rank, len(_RANKS)):
+        wanted = limit + 1 - len(rows)
+        if wanted <= 0:
+            break
+        floor = after if rank == start_rank else 0
+        found = conn.execute(
+            f"SELECT rowid AS _rowid, * FROM tasks WHERE {where} AND priority = ? AND rowid > ? ORDER BY rowid LIMIT ?",
+            (*params, _RANKS[rank], floor, wanted),
+        ).fetchall()
+        rows.extend((rank, row) for row in found)
+    more = len(rows) > limit
+    kept = rows[:limit]
+    items = [task_to_dict(row) for _, row in kept]
+    for item in items:
+        item["blocked_by"] = []  # the rule admitted it: it has no open blocker
+    return {
+        "items": items,
+        "next_cursor": encode_cursor((str(kept[-1][0]), str(kept[-1][1]["_rowid"]))) if more else None,
+    }
 
 
 # -- text search (``q=``) ---------------------------------------------------------------------------
@@ -130,9 +210,9 @@ class TextMatch(NamedTuple):
     source: str = "tasks"
 
 
-def text_match(conn: Any, words: list[str]) -> TextMatch:
+def text_match(conn: Connection, words: list[str]) -> TextMatch:
     """The clause that keeps tasks containing every word, for the engine ``conn`` talks to."""
-    if type(conn).__module__ == "sqlite3":
+    if dialect_of(conn).name == "sqlite":
         return sqlite_text_match(words)
     return portable_text_match(words)
 

@@ -8,15 +8,18 @@ from . import (
     activities,
     admin,
     attachments,
+    breaches,
     comments,
     events,
     export,
+    history,
     labels,
     meta,
     projects,
     relations,
     reports,
     sessions,
+    state,
     tasks,
 )
 
@@ -35,4 +38,7 @@ ALL_ROUTES: list[Route] = [
     *activities.ROUTES,
     *export.ROUTES,
     *events.ROUTES,
+    *state.ROUTES,
+    *history.ROUTES,
+    *breaches.ROUTES,
 ]

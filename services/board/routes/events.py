@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Final
 
 from aiohttp import hdrs, web
@@ -13,6 +12,7 @@ from shared.events import EVENT_SET, WIRE_NOISE
 from ..api import PREFIX, Call, F, Route
 from ..client_stream import HEADERS as STREAM_HEADERS
 from ..client_stream import Projection, Stream
+from ..dialect import Connection
 from ..keys import LOG_READER, STREAMS
 from ..queries import activities
 from ..queries.projects import require_project
@@ -31,6 +31,7 @@ EVENTS_QUERY = {
     "project": F("str", description="only rows of this project"),
     "task": F("str", description="only rows of this task (uuid or identifier)"),
     "event": F("list", items="str", description="comma-separated event names to send"),
+    "signals": F("bool", description="0 leaves out the id-less `event: signal` condition frames (default 1)"),
 }
 
 
@@ -56,7 +57,7 @@ def event_filter(names: list[str] | None) -> frozenset[str] | None:
 
 
 def open_cursor(
-    conn: sqlite3.Connection, after: int | None, project: str | None, task: str | None
+    conn: Connection, after: int | None, project: str | None, task: str | None
 ) -> tuple[int, str | None]:
     """The start position and the filtered task's id, read in one snapshot (SPEC §6.2)."""
     task_id = require_task(conn, task)["id"] if task is not None else None
@@ -72,14 +73,7 @@ def open_cursor(
             details={"after": after, "head": head},
             hint="a board restored from an older backup? read /api/v1/meta and rescan",
         )
-    floor = int(activities.board_meta(conn).get("floor", "0"))
-    if after < floor:
-        raise TaskloomError(
-            "CURSOR_EXPIRED",
-            f"revisions up to {floor} have been compacted; cursor {after} cannot be resumed",
-            details={"after": after, "floor": floor},
-            hint="rescan board state, then follow from /api/v1/meta's revision",
-        )
+    activities.check_not_expired(conn, after)
     return after, task_id
 
 
@@ -118,7 +112,7 @@ async def stream_events(call: Call) -> web.StreamResponse:
         store=call.store,
         reader=app[LOG_READER],
         position=position,
-        projection=Projection(project=project, task_id=task_id, events=events),
+        projection=Projection(project=project, task_id=task_id, events=events, signals=call.query.get("signals", True)),
         retry_ms=settings.retry_ms,
         ping_interval=settings.ping_interval,
     )

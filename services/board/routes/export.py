@@ -7,17 +7,17 @@ the event loop.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from shared.errors import validation
 
 from .. import brief
 from ..api import PREFIX, Call, F, Route
+from ..dialect import Connection
 from ..queries.cards import card_snapshot
 
 
-def export_card(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
+def export_card(conn: Connection, ref: str) -> dict[str, Any]:
     """The export answer: the brief and the card's identity and revision (its ETag)."""
     card = card_snapshot(conn, ref)
     task = card["task"]

@@ -8,7 +8,7 @@ from .. import report_format
 from ..api import LIST_QUERY, PREFIX, Call, Created, F, Route
 from ..commands import reports
 from ..queries.reports import list_reports
-from .tasks import IF_VERSION
+from .tasks import FORCE, IF_VERSION, reporting_rejections
 
 
 async def template(call: Call) -> Any:
@@ -32,11 +32,15 @@ async def write(call: Call) -> Any:
 
 
 async def deliver(call: Call) -> Any:
-    return await call.store.command(reports.deliver_task, call.actor, call.path["ref"], **call.body)
+    return await reporting_rejections(
+        call, "in_review", call.store.command(reports.deliver_task, call.actor, call.path["ref"], **call.body)
+    )
 
 
 async def waive(call: Call) -> Any:
-    return await call.store.command(reports.waive_report, call.actor, call.path["ref"], **call.body)
+    return await reporting_rejections(
+        call, "in_review", call.store.command(reports.waive_report, call.actor, call.path["ref"], **call.body)
+    )
 
 
 REPORT_BODY = F("str", description="markdown with ## Summary, ## Changes, ## Verification (≤ 256 KiB)")
@@ -49,7 +53,9 @@ ROUTES = [
           body={"body": F("str", required=True, description=REPORT_BODY.description)}, success=(201,)),
     Route("POST", f"{TASK}/deliver", deliver,
           "Deliver: move to in_review with a current-round report (the body given, report_id, or the latest)",
-          body={"body": REPORT_BODY, "report_id": F("str"), "if_version": IF_VERSION}),
+          body={"body": REPORT_BODY, "report_id": F("str"), "force": FORCE,
+                "reason": F("str", description="why force passes open blockers (with force)"), "if_version": IF_VERSION}),
     Route("POST", f"{TASK}/waive", waive, "Move to in_review without a report; the reason is stamped on the task",
-          body={"reason": F("str", required=True, description="at least 8 characters"), "if_version": IF_VERSION}),
+          body={"reason": F("str", required=True, description="at least 8 characters"), "force": FORCE,
+                "if_version": IF_VERSION}),
 ]

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from shared import domain
-from shared.errors import validation
+from shared.errors import TaskloomError, validation
 
 from ..api import LIST_QUERY, PREFIX, Call, Created, F, Route
 from ..commands import tasks
 from ..commands.common import normalise_label
+from ..keys import CONDITIONS
 from ..queries.tasks import get_task, list_tasks
+from ..store import utc_now
 
 IF_VERSION = F("int", minimum=1, description="refuse with 409 VERSION_CONFLICT unless the task is at this version")
 
@@ -29,6 +31,7 @@ CREATE_BODY = {
     "acceptance_mode": F("str", enum=domain.ACCEPTANCE_MODES),
     "meta": F("dict"),
     "idem": F("str", description="idempotency key; a live task holding it is returned instead"),
+    "parent": F("str", description="an epic (uuid or identifier): the new task is created as its child"),
 }
 PATCH_BODY = {
     **{name: CREATE_BODY[name] for name in tasks.UPDATABLE},
@@ -44,12 +47,22 @@ LIST_TASKS_QUERY = {
     "kind": F("str", enum=domain.KINDS),
     "q": F("str", description="text search: every word, case-insensitive, in the title, identifier or description"),
     "archived": F("bool", description="include archived tasks"),
+    "blocked": F("bool", description="only cards with (true) or without (false) an open blocker"),
+    "ready": F("bool", description="the claimable queue in priority order: todo, not an epic, no open blocker,"
+               " no fresh claim"),
+    "for": F("str", description="with ready=true: only cards unassigned or assigned to this actor id"),
 }
+#: Overrides the dependency gate (409 DEPENDENCY_OPEN) with a reason; audited as forced/reason.
+FORCE = F("bool", description="claim or finish although a blocker is open; needs a reason of at least 8 characters")
 
 
 async def list_(call: Call) -> Any:
     query = dict(call.query)
     query["include_archived"] = query.pop("archived", False)
+    if "for" in query:
+        query["for_actor"] = query.pop("for")
+    if query.get("ready"):
+        query.update(now=utc_now(), fresh_seconds=call.settings.claim_fresh_seconds)
     if "label" in query:
         query["label"] = normalise_label(query["label"])  # the name as stored, or a clear 400
     return await call.store.query(list_tasks, **query)
@@ -82,16 +95,27 @@ async def patch(call: Call) -> Any:
     return await call.store.command(tasks.update_task, call.actor, call.path["ref"], **call.body)
 
 
+async def reporting_rejections(call: Call, to: str, run: Any) -> Any:
+    """Run a move-like command; a refusal becomes ``transition_rejected`` where the project asks
+    for it (in a transaction of its own: the refused one rolled back)."""
+    try:
+        return await run
+    except TaskloomError as error:
+        if error.status in (409, 422):
+            await call.request.app[CONDITIONS].rejected(call.path["ref"], to, error.code)
+        raise
+
+
 async def claim(call: Call) -> Any:
     settings = call.settings
-    return await call.store.command(
+    return await reporting_rejections(call, "in_progress", call.store.command(
         tasks.claim_task,
         call.actor,
         call.path["ref"],
         fresh_seconds=settings.claim_fresh_seconds,
         stale_seconds=settings.claim_stale_seconds,
         **call.body,
-    )
+    ))
 
 
 async def heartbeat(call: Call) -> Any:
@@ -99,7 +123,9 @@ async def heartbeat(call: Call) -> Any:
 
 
 async def move(call: Call) -> Any:
-    return await call.store.command(tasks.move_task, call.actor, call.path["ref"], **call.body)
+    return await reporting_rejections(
+        call, call.body["to"], call.store.command(tasks.move_task, call.actor, call.path["ref"], **call.body)
+    )
 
 
 async def reopen(call: Call) -> Any:
@@ -120,10 +146,11 @@ ROUTES = [
     Route("GET", TASK, show, "Show a task by uuid or identifier"),
     Route("PATCH", TASK, patch, "Update a task's fields (never its status)", body=PATCH_BODY),
     Route("POST", f"{TASK}/claim", claim, "Claim a task (todo → in_progress, or re-claim)",
-          body={"steal": F("bool"), "reason": F("str"), "if_version": IF_VERSION}),
+          body={"steal": F("bool"), "force": FORCE, "reason": F("str"), "if_version": IF_VERSION}),
     Route("POST", f"{TASK}/heartbeat", heartbeat, "Tell the board the holder is still working", body={}),
     Route("POST", f"{TASK}/move", move, "Move a task to another status",
-          body={"to": F("str", required=True, enum=domain.STATUSES), "reason": F("str"), "if_version": IF_VERSION}),
+          body={"to": F("str", required=True, enum=domain.STATUSES), "force": FORCE, "reason": F("str"),
+                "if_version": IF_VERSION}),
     Route("POST", f"{TASK}/reopen", reopen, "Reopen a done or canceled task",
           body={"reason": F("str", required=True), "if_version": IF_VERSION}),
     Route("POST", f"{TASK}/archive", archive, "Archive a terminal task", body={"if_version": IF_VERSION}),

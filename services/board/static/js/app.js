@@ -4,6 +4,7 @@ import { Api, ApiError, q } from "./api.js";
 import { BoardState } from "./board-state.js";
 import { BoardView } from "./board-view.js";
 import { BoardWork } from "./board-work.js";
+import { ConditionState, signalOfRow } from "./conditions.js";
 import { $, formValues, h } from "./dom.js";
 import { Drawer } from "./drawer.js";
 import { childrenOf } from "./epics.js";
@@ -26,6 +27,7 @@ const STATE_LABELS = { connecting: "Connecting…", live: "Live", reconnecting: 
 const api = new Api();
 const state = new BoardState();
 const ledger = new FeedLedger();
+const conditions = new ConditionState();
 const identifiers = new Map(); // task id -> identifier learned from task_created rows
 let boardId = null;
 let feedFrame = 0;
@@ -60,7 +62,7 @@ function nameOf(taskId) {
 
 // -- views --------------------------------------------------------------------------------------
 
-const view = new BoardView($("#board"), { onOpen: (taskId) => drawer.open(taskId) });
+const view = new BoardView($("#board"), { onOpen: (taskId) => drawer.open(taskId), conditions });
 const drawer = new Drawer($("#drawer"), {
   api,
   state,
@@ -87,6 +89,7 @@ function openFromFeed(taskId) {
 function applyTask(taskId, task) {
   if (task && task.identifier) identifiers.set(task.id, task.identifier);
   const before = state.tasks.get(taskId);
+  conditions.taskRead(task);
   const outcome = state.applyTask(taskId, task);
   view.update(state, taskId, task, outcome);
   afterTask(taskId, before, task);
@@ -145,6 +148,7 @@ async function loadProjects() {
   state.setProjects(items);
   const wanted = state.projectId || urlProject || recall(PROJECT_KEY);
   state.projectId = items.some((p) => p.id === wanted) ? wanted : items.length ? items[0].id : null;
+  conditions.setProject(items.find((p) => p.id === state.projectId) || null);
   renderProjects();
 }
 
@@ -344,6 +348,29 @@ async function seed(meta, reason) {
   if (reason === "resync") toast("Resynced with the board.");
 }
 
+// -- conditions (conditions.js) ----------------------------------------------------------------
+
+/** What holds now, from GET /breaches: after every (re)connect, signals missed meanwhile are gone. */
+async function readBreaches() {
+  const projectId = state.projectId;
+  if (projectId === null) return;
+  conditions.beginCatchUp();
+  try {
+    const page = await api.get(`/breaches?project=${q(projectId)}`);
+    if (projectId !== state.projectId) return;
+    conditions.loadBreaches(page.items);
+    view.renderAll(state);
+  } catch (error) {
+    conditions.catchingUp = null;
+    console.warn("reading /breaches failed", error);
+  }
+}
+
+function onSignal(signal) {
+  const changed = conditions.applySignal(signal);
+  if (changed.columns.size || changed.tasks.size) view.renderAll(state);
+}
+
 // -- live ---------------------------------------------------------------------------------------
 
 const refresher = new Refresher({
@@ -371,6 +398,8 @@ function onFrame(activity) {
   if (activity.event === "task_created" && activity.changes && activity.changes.identifier) identifiers.set(activity.task_id, activity.changes.identifier);
   refresher.handle(activity);
   if (ledger.add(activity)) scheduleFeed();
+  const condition = signalOfRow(activity); // a persisted condition: the same news as its signal
+  if (condition) onSignal(condition);
 }
 
 function onState(next, detail = {}) {
@@ -389,6 +418,8 @@ const live = new LiveStream({
   onSeed: seed,
   onFrame,
   onState,
+  onSignal,
+  onOpen: readBreaches,
   log: (...args) => console.info("[live]", ...args),
 });
 
@@ -485,6 +516,7 @@ async function switchProject(projectId) {
   fillSuggestions();
   applyFilter();
   renderFeed();
+  await readBreaches();
 }
 
 // -- wiring -------------------------------------------------------------------------------------
@@ -571,5 +603,5 @@ const { filter: linked, project: urlProject } = parseFilter(window.location.sear
 filter = linked;
 fillFilterForm();
 wire();
-window.taskloom = { state, live, ledger, drawer, view };
+window.taskloom = { state, live, ledger, drawer, view, conditions };
 live.start();

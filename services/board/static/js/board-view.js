@@ -15,9 +15,10 @@ export class BoardView {
   decorate = null;
   filter = null;
 
-  constructor(root, { onOpen }) {
+  constructor(root, { onOpen, conditions = null }) {
     this.root = root;
     this.onOpen = onOpen;
+    this.conditions = conditions; // a ConditionState (conditions.js): headers and card markers
     this.cards = new Map(); // taskId -> { el, signature }
     this.lists = new Map(); // status -> <ol>
     this.counts = new Map(); // status -> <span>
@@ -89,15 +90,21 @@ export class BoardView {
 
   setCount(status, n) {
     const count = this.counts.get(status);
-    if (count.textContent !== String(n)) count.textContent = String(n);
+    const header = this.conditions ? this.conditions.header(status, n) : { text: String(n), label: "cards", warning: false };
+    if (count.textContent !== header.text) count.textContent = header.text;
     const column = count.closest(".column");
     const empty = n === 0 ? "true" : "false";
     if (column.dataset.empty !== empty) column.dataset.empty = empty;
+    // conditions.js: "count / limit", and a warning while wip_exceeded holds.
+    const wip = header.warning ? "exceeded" : "";
+    if ((column.dataset.wip || "") !== wip) column.dataset.wip = wip;
+    if (count.getAttribute("aria-label") !== header.label) count.setAttribute("aria-label", header.label);
   }
 
   /** The element for a task, rebuilt only when its visible signature changed. */
   cardEl(task) {
-    const signature = cardSignature(task);
+    const markers = this.conditionMarkers(task);
+    const signature = cardSignature(task) + JSON.stringify(markers);
     const known = this.cards.get(task.id);
     if (known && known.signature === signature) return known.el;
     const el = known ? known.el : h("li", { class: "card", dataset: { id: task.id } });
@@ -105,10 +112,15 @@ export class BoardView {
     el.dataset.status = task.status;
     el.dataset.identifier = task.identifier;
     el.dataset.priority = task.priority;
-    el.replaceChildren(this.cardBody(task));
+    el.replaceChildren(this.cardBody(task, markers));
     this.cards.set(task.id, { el, signature });
     if (hadFocus) el.querySelector("button").focus({ preventScroll: true });
     return el;
+  }
+
+  /** conditions.js: the markers a card carries now (dependency-blocked, stale claim). */
+  conditionMarkers(task) {
+    return this.conditions ? this.conditions.markers(task) : [];
   }
 
   /** The card's element with what the page adds to it (work strip, filter), both kept current. */
@@ -130,7 +142,7 @@ export class BoardView {
     }
   }
 
-  cardBody(task) {
+  cardBody(task, markers = []) {
     const marker =
       task.status === "awaiting"
         ? h("p", { class: "marker awaiting" }, h("span", { class: "marker-icon", "aria-hidden": "true" }, "?"), h("span", {}, capText(task.awaiting_reason || "Waiting for an answer", CARD_TEXT_MAX).text))
@@ -147,6 +159,7 @@ export class BoardView {
       task.assignee_id ? `assigned to ${task.assignee_id}` : "unassigned",
       task.status === "awaiting" ? "awaiting an answer" : null,
       task.status === "blocked" ? "blocked" : null,
+      ...markers.map((m) => m.label),
     ].filter(Boolean).join(", ");
     return h(
       "button",
@@ -160,6 +173,7 @@ export class BoardView {
       ),
       h("span", { class: "title" }, capText(task.title, CARD_TITLE_MAX).text),
       marker,
+      ...markers.map((m) => h("span", { class: `marker condition condition-${m.kind}`, dataset: { condition: m.kind } }, h("span", { class: "marker-icon", "aria-hidden": "true" }, m.kind === "stale" ? "…" : "←"), h("span", {}, m.label))),
       task.labels.length || assignee
         ? h(
             "span",

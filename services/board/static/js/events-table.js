@@ -39,6 +39,19 @@ export const ROUTING = {
   attachment_updated: { card: false, tabs: ["attachments", "activity"] },
   attachment_removed: { card: false, tabs: ["attachments", "activity"] },
   import_completed: { lists: true },
+  // Conditions arrive as frames only when a project persists them (settings.persist_conditions);
+  // the live lane is the `signal` listener. A column's condition reloads the counts; a card's
+  // refreshes its markers (blocked_by, stale claim).
+  wip_exceeded: { lists: true },
+  wip_cleared: { lists: true },
+  lane_drained: { lists: true },
+  lane_refilled: { lists: true },
+  card_blocked: { card: true, tabs: ["details", "relations", "activity"] },
+  card_unblocked: { card: true, tabs: ["details", "relations", "activity"] },
+  transition_rejected: { card: false, tabs: ["activity"] },
+  status_timeout: { card: true, tabs: ["activity"] },
+  card_idle: { card: true, tabs: ["activity"] },
+  claim_stale: { card: true, tabs: ["details", "activity"] },
 };
 
 // FEED: `admit` is true, false, or "fields" (task_updated: only when a human-visible field
@@ -72,6 +85,16 @@ export const FEED = {
   attachment_updated: { admit: false, why: "a content replace, not a new file" },
   attachment_removed: { admit: true, family: "attachment" },
   import_completed: { admit: false, why: "historical importer row" },
+  wip_exceeded: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
+  wip_cleared: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
+  lane_drained: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
+  lane_refilled: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
+  card_blocked: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
+  card_unblocked: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
+  transition_rejected: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
+  status_timeout: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
+  card_idle: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
+  claim_stale: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
 };
 
 // task_updated fields a person cares about, and the folding family each belongs to. Writers

@@ -46,6 +46,9 @@ export function streamUrl(base, cursor) {
  * Callbacks: onSeed(meta, reason) is awaited before a socket opens whenever the page must
  * (re)load its state ("initial", "board_changed", "CURSOR_AHEAD", "CURSOR_EXPIRED", "resync");
  * onFrame(activity) gets each activity frame in revision order; onState(state, detail).
+ * onSignal(data) gets each `event: signal` frame (a condition, docs/conditions.md): it has no id,
+ * so it never moves the cursor and is never replayed; onOpen() runs each time a socket opens, the
+ * place to read GET /breaches instead of trusting signals missed while away.
  */
 export class LiveStream {
   constructor({
@@ -57,6 +60,8 @@ export class LiveStream {
     onSeed = async () => {},
     onFrame = () => {},
     onState = () => {},
+    onSignal = () => {},
+    onOpen = () => {},
     log = () => {},
   }) {
     this.EventSource = EventSource;
@@ -67,6 +72,8 @@ export class LiveStream {
     this.onSeed = onSeed;
     this.onFrame = onFrame;
     this.onState = onState;
+    this.onSignal = onSignal;
+    this.onOpen = onOpen;
     this.log = log;
     this.ladder = new Ladder();
     this.state = "idle";
@@ -180,11 +187,23 @@ export class LiveStream {
       opened = true;
       this.ladder.reset();
       this.setState("live");
+      this.onOpen();
     };
     socket.onmessage = (message) => {
       if (generation !== this.generation) return;
       this.receive(message);
     };
+    socket.addEventListener("signal", (message) => {
+      if (generation !== this.generation) return;
+      let data;
+      try {
+        data = JSON.parse(message.data);
+      } catch {
+        this.log("unreadable signal", message.data);
+        return;
+      }
+      this.onSignal(data);
+    });
     socket.addEventListener("shutdown", () => {
       if (generation !== this.generation) return;
       // The server ended the stream on purpose (stopping, lifetime): come back promptly.

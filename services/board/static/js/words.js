@@ -39,6 +39,16 @@ const SENTENCES = {
   attachment_updated: (c) => `replaced ${c.filename}`,
   attachment_removed: (c) => `removed ${c.filename}`,
   import_completed: () => "completed an import",
+  wip_exceeded: (c) => `noticed ${s(c.status)} over its WIP limit (${c.count} / ${c.limit})`,
+  wip_cleared: (c) => `noticed ${s(c.status)} back within its WIP limit (${c.count} / ${c.limit})`,
+  lane_drained: (c) => `noticed ${s(c.status)} is empty`,
+  lane_refilled: (c) => `noticed ${s(c.status)} holds cards again (${c.count})`,
+  card_blocked: (c) => `noticed it is blocked by ${(c.blockers || []).join(", ")}`,
+  card_unblocked: (c) => `noticed it is no longer blocked (was ${(c.blockers || []).join(", ")})`,
+  transition_rejected: (c) => `refused ${s(c.from)} → ${s(c.to)} (${c.code})`,
+  status_timeout: (c) => `noticed it has been ${s(c.status)} longer than ${c.max} s`,
+  card_idle: (c) => `noticed nothing happened on it for ${c.threshold} s`,
+  claim_stale: (c) => `noticed ${c.claimed_by}'s claim went stale (last heartbeat ${c.heartbeat_at})`,
 };
 
 export function sentence(row, name = (id) => id) {

@@ -1,0 +1,195 @@
+"""Online backup and offline restore of the SQLite file (docs/operations.md, "Backup and restore").
+
+**Backup** runs on a reader's side while the board keeps serving writes. SQLite's online backup
+API copies the database in one step from one read snapshot: in WAL mode a reader never blocks
+the writer, so writes go on while the copy is made, and the copy holds every transaction
+committed before the snapshot began (a step-wise copy would restart every time a write landed,
+and never finish under load). The copy is written beside the target, checked
+(``PRAGMA integrity_check``), fsynced, and renamed into place: a target either does not exist or
+is a whole backup. PostgreSQL boards are backed up with ``pg_dump`` instead.
+
+**Restore** (``taskd restore FILE --data-dir DIR``, board stopped) installs a backup and mints a
+new epoch: a new ``board_id``, with the one it replaces kept in ``board_meta``. A client whose
+cursor came from the lost future (revisions past the backup) would otherwise skip revisions once
+the restored board writes past it; with a new ``board_id`` every follower resets (SPEC §7.2).
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared import limits
+from shared.errors import TaskloomError, validation
+
+from .files import fsync_file, move_atomic
+from .sqlite_store import SQLITE_MAGIC, migrate, verify_triggers
+from .store import utc_now
+
+
+@dataclass(frozen=True)
+class BackupResult:
+    path: Path
+    board_id: str
+    revision: int
+    bytes: int
+    seconds: float
+
+
+def check_path_text(path_text: str) -> Path:
+    """The text alone: absolute, at most ``limits.WORKSPACE_PATH_MAX_CHARS`` characters."""
+    if len(path_text) > limits.WORKSPACE_PATH_MAX_CHARS:
+        raise validation(f"the backup path is longer than {limits.WORKSPACE_PATH_MAX_CHARS} characters", field="path")
+    path = Path(path_text)
+    if not path.is_absolute():
+        raise validation("the backup path must be absolute (the board's working directory is not yours)",
+                         field="path", value=path_text)
+    return path
+
+
+def check_target(path_text: str) -> Path:
+    """An absolute path to a new file in an existing directory; anything else is 400 and writes nothing."""
+    path = check_path_text(path_text)
+    if path.is_dir():
+        raise validation("the backup path is a directory; name the file to write", field="path", value=path_text)
+    if path.exists() or path.is_symlink():
+        raise TaskloomError("CONFLICT", f"{path} exists; a backup never overwrites a file", details={"path": path_text},
+                            hint="choose a new file name, or remove the old backup first")
+    if not path.parent.is_dir():
+        raise validation(f"the directory {path.parent} does not exist", field="path", value=path_text)
+    return path
+
+
+def backup(database: Path, target: Path) -> BackupResult:
+    """Copy ``database`` to ``target`` (checked by :func:`check_target`) while writers go on."""
+    started = time.monotonic()
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        source = sqlite3.connect(database, isolation_level=None)
+        try:
+            copy = sqlite3.connect(temp, isolation_level=None)
+            try:
+                # One step (pages=-1): one read snapshot, never restarted by a concurrent write.
+                source.backup(copy, pages=-1)
+                # A backup is one self-contained file: no -wal beside it to lose on the way.
+                copy.execute("PRAGMA journal_mode = DELETE")
+                checked = copy.execute("PRAGMA integrity_check").fetchone()[0]
+                if checked != "ok":
+                    raise TaskloomError("STORE_UNAVAILABLE", f"the copy failed its integrity check: {checked}",
+                                        details={"retry_after": 1})
+                board_id = copy.execute("SELECT value FROM board_meta WHERE key = 'board_id'").fetchone()[0]
+                revision = copy.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
+            finally:
+                copy.close()
+        finally:
+            source.close()
+        fsync_file(temp)
+        move_atomic(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return BackupResult(target, board_id, revision, target.stat().st_size, time.monotonic() - started)
+
+
+class RestoreRefused(RuntimeError):
+    """The file is not a board backup this Taskloom can install; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    board_id: str
+    previous_board_id: str
+    revision: int
+    replaced: Path | None
+
+
+def _check_backup(source: Path) -> None:
+    try:
+        with open(source, "rb") as handle:
+            magic = handle.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise RestoreRefused(f"cannot read {source}: {exc.strerror}") from None
+    if magic != SQLITE_MAGIC:
+        raise RestoreRefused(f"{source} is not an SQLite database")
+    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    try:
+        checked = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        if checked != "ok":
+            raise RestoreRefused(f"{source} fails its integrity check: {checked}")
+        try:
+            conn.execute("SELECT value FROM board_meta WHERE key = 'board_id'").fetchone()[0]
+        except (sqlite3.Error, TypeError):
+            raise RestoreRefused(f"{source} is not a Taskloom board (no board_id)") from None
+    finally:
+        conn.close()
+
+
+def restore(source: Path, data_dir: Path) -> RestoreResult:
+    """Install ``source`` as ``data_dir``'s database with a new epoch. The board must be stopped
+    (the caller holds the data directory's lock). The file it replaces is kept beside it."""
+    source = source.absolute()
+    _check_backup(source)
+    database = data_dir / "board.sqlite"
+    incoming = data_dir / f".board.sqlite.restore-{secrets.token_hex(4)}.tmp"
+    try:
+        reader = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        try:
+            copy = sqlite3.connect(incoming, isolation_level=None)
+            try:
+                reader.backup(copy, pages=-1)
+            finally:
+                copy.close()
+        finally:
+            reader.close()
+        migrate(incoming)  # a backup from an older schema is brought up to this one first
+        verify_triggers(incoming)
+        conn = sqlite3.connect(incoming, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            previous = conn.execute("SELECT value FROM board_meta WHERE key = 'board_id'").fetchone()[0]
+            board_id = f"brd_{secrets.token_hex(8)}"
+            for key, value in (("board_id", board_id), ("previous_board_id", previous),
+                               ("restored_at", utc_now()), ("restored_from", str(source))):
+                conn.execute(
+                    "INSERT INTO board_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (key, value),
+                )
+            revision = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
+            conn.execute("COMMIT")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+        for suffix in ("-wal", "-shm"):
+            Path(f"{incoming}{suffix}").unlink(missing_ok=True)
+        fsync_file(incoming)
+        replaced = _set_aside(database)
+        move_atomic(incoming, database)
+    except BaseException:
+        for leftover in (incoming, Path(f"{incoming}-wal"), Path(f"{incoming}-shm")):
+            leftover.unlink(missing_ok=True)
+        raise
+    return RestoreResult(board_id, previous, revision, replaced)
+
+
+def _set_aside(database: Path) -> Path | None:
+    """Keep the database being replaced as ``board.sqlite.replaced-<time>``, its WAL folded in
+    first: a stale ``-wal`` left beside the restored file would be replayed into it."""
+    if not database.exists():
+        for suffix in ("-wal", "-shm"):
+            Path(f"{database}{suffix}").unlink(missing_ok=True)
+        return None
+    conn = sqlite3.connect(database, isolation_level=None)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA journal_mode = DELETE")
+    finally:
+        conn.close()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{database}{suffix}").unlink(missing_ok=True)
+    stamp = utc_now().replace(":", "").replace(".", "")
+    kept = database.with_name(f"board.sqlite.replaced-{stamp}")
+    move_atomic(database, kept)
+    return kept

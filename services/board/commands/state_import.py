@@ -1,0 +1,292 @@
+"""Importing a state export (``POST /api/v1/state``) into a board that has no projects yet.
+
+Two steps, so that a bad file writes nothing: :func:`parse_state` reads and checks every line
+first (a refusal names its line number), then :func:`import_state` inserts everything in one
+transaction and ends with one ``import_completed`` row (actor ``system:state-import``). Ids,
+identifiers and each project's ``next_number`` are kept, so references into the old board
+(``DEMO-0007``, a task uuid in a commit message) still resolve. The schema's triggers check every
+row as for any other writer; one that refuses rolls the whole import back.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from shared import domain, events, limits
+from shared.errors import TaskloomError, validation
+from shared.json_bounds import check_free_form
+
+from ..queries.state import END_KIND, KIND_BY_NAME, KINDS, STATE_KIND, STATE_VERSION, Kind
+from ..store import Actor, Tx
+
+#: Who writes the import's one activity row.
+IMPORTER: Final = Actor("system", "state-import")
+
+_INTS: Final = frozenset({"next_number", "use_count", "number", "delivery_round", "version", "acceptance_revision",
+                          "round", "position", "seg", "size"})
+_OBJECTS: Final = frozenset({"meta", "settings"})
+_LISTS: Final = frozenset({"labels"})
+_NULLABLE: Final[dict[str, frozenset[str]]] = {
+    "project": frozenset({"workspace_path"}),
+    "label": frozenset({"archived_at"}),
+    "task": frozenset({"assignee_kind", "assignee_id", "reporter_kind", "reporter_id", "claimed_by_kind",
+                       "claimed_by", "claimed_at", "heartbeat_at", "delivered_by", "waiver_reason",
+                       "awaiting_reason", "blocked_reason", "idem", "terminal_at", "archived_at"}),
+    "session": frozenset({"closed_at"}),
+}
+_CHOICES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
+    ("task", "status"): domain.STATUSES,
+    ("task", "kind"): domain.KINDS,
+    ("task", "priority"): domain.PRIORITIES,
+    ("task", "acceptance_mode"): domain.ACCEPTANCE_MODES,
+    ("comment", "kind"): domain.COMMENT_KINDS,
+    ("relation", "type"): domain.RELATION_TYPES,
+}
+#: Fields naming a task that must be in the same file.
+_TASK_REFERENCES: Final[dict[str, tuple[str, ...]]] = {
+    "comment": ("task_id",), "report": ("task_id",), "acceptance_item": ("task_id",), "session": ("task_id",),
+    "attachment": ("task_id",), "relation": ("source_id", "target_id"),
+}
+
+
+@dataclass
+class ParsedState:
+    """A checked export: the rows of each kind in file order, and the blobs to write first."""
+
+    header: dict[str, Any]
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {kind.name: [] for kind in KINDS})
+    blobs: dict[str, bytes] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        return {kind.name: len(self.rows[kind.name]) for kind in KINDS}
+
+
+def _refuse(line: int, message: str, **details: Any) -> TaskloomError:
+    return validation(f"line {line}: {message}; nothing was imported", line=line, **details)
+
+
+@functools.cache
+def _spec(kind_name: str) -> tuple[tuple[tuple[str, str, bool], ...], frozenset[str]]:
+    """Per kind, once: each field with its type word and whether it may be null; the field set."""
+    kind = KIND_BY_NAME[kind_name]
+    nullable = _NULLABLE.get(kind_name, frozenset())
+    fields = []
+    for column in kind.columns:
+        name = kind.field(column)
+        word = "int" if name in _INTS else "object" if name in _OBJECTS else "list" if name in _LISTS else "text"
+        fields.append((name, word, name in nullable))
+    return tuple(sorted(fields)), frozenset(name for name, _, _ in fields)
+
+
+def _check_field(line: int, kind: Kind, name: str, word: str, nullable: bool, value: Any) -> None:
+    if value is None:
+        if not nullable:
+            raise _refuse(line, f"{kind.name}.{name} must not be null", field=name)
+        return
+    if word == "text":
+        if type(value) is not str or "\x00" in value:
+            raise _refuse(line, f"{kind.name}.{name} must be a text without U+0000", field=name)
+    elif word == "int":
+        if type(value) is not int or not limits.INT64_MIN <= value <= limits.INT64_MAX:
+            raise _refuse(line, f"{kind.name}.{name} must be an integer", field=name)
+    elif word == "object":
+        if not isinstance(value, dict):
+            raise _refuse(line, f"{kind.name}.{name} must be an object", field=name)
+        check_free_form(value, field=f"line {line}: {kind.name}.{name}")
+    elif not isinstance(value, list) or not all(type(item) is str for item in value):
+        raise _refuse(line, f"{kind.name}.{name} must be a list of texts", field=name)
+    choices = _CHOICES.get((kind.name, name))
+    if choices is not None and value not in choices:
+        raise _refuse(line, f"{kind.name}.{name} must be one of {', '.join(choices)}", field=name, value=value)
+
+
+def _check_header(line: int, record: Any) -> dict[str, Any]:
+    if not isinstance(record, dict) or record.get("kind") != STATE_KIND:
+        raise _refuse(line, f"the first line must be the header {{\"kind\": \"{STATE_KIND}\", \"version\": …}}")
+    if record.get("version") != STATE_VERSION:
+        raise _refuse(line, f"unknown export version {record.get('version')!r}; this board reads version {STATE_VERSION}",
+                      version=record.get("version"))
+    return record
+
+
+class _Keys:
+    """The primary keys and unique values seen so far, to refuse duplicates and dangling references."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, Any], int] = {}
+
+    def add(self, line: int, what: str, key: Any) -> None:
+        first = self.seen.setdefault((what, key), line)
+        if first != line:
+            raise _refuse(line, f"duplicate {what} {key!r} (first on line {first})", duplicate=str(key))
+
+    def has(self, what: str, key: Any) -> bool:
+        return (what, key) in self.seen
+
+
+def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, state: ParsedState) -> dict[str, Any]:
+    outer = {"kind", "row", "data"} if kind.name == "attachment" else {"kind", "row"}
+    if set(line_record) != outer or not isinstance(line_record["row"], dict):
+        raise _refuse(line, f"a {kind.name} line is {{{', '.join(sorted(outer))}}} with row an object")
+    record: dict[str, Any] = line_record["row"]
+    fields, expected = _spec(kind.name)
+    if record.keys() != expected:
+        missing, unknown = sorted(expected - set(record)), sorted(set(record) - expected)
+        raise _refuse(line, f"a {kind.name} row must have exactly its fields"
+                      + (f"; missing: {', '.join(missing)}" if missing else "")
+                      + (f"; unknown: {', '.join(unknown)}" if unknown else ""), missing=missing, unknown=unknown)
+    for name, word, nullable in fields:
+        _check_field(line, kind, name, word, nullable, record[name])
+    if kind.name == "project":
+        keys.add(line, "project", record["id"])
+        keys.add(line, "project prefix", record["prefix"])
+    elif kind.name == "label":
+        _require(line, keys, "project", record["project_id"])
+        keys.add(line, "label", (record["project_id"], record["name"]))
+    elif kind.name == "actor":
+        keys.add(line, "actor", (record["kind"], record["id"]))
+    elif kind.name == "task":
+        _require(line, keys, "project", record["project_id"])
+        keys.add(line, "task", record["id"])
+        keys.add(line, "task identifier", record["identifier"])
+        keys.add(line, "task number", (record["project_id"], record["number"]))
+    else:
+        keys.add(line, kind.name, record["id"])
+        for name in _TASK_REFERENCES.get(kind.name, ()):
+            _require(line, keys, "task", record[name])
+    if kind.name == "attachment":
+        state.blobs[record["sha256"]] = _attachment_bytes(line, record, line_record["data"])
+    return record
+
+
+def _require(line: int, keys: _Keys, what: str, key: Any) -> None:
+    if not keys.has(what, key):
+        raise _refuse(line, f"refers to {what} {key!r}, which is not in the file before this line", missing=str(key))
+
+
+def _attachment_bytes(line: int, record: dict[str, Any], data: Any) -> bytes:
+    if not isinstance(data, str):
+        raise _refuse(line, "attachment.data must be the bytes as base64 text", field="data")
+    try:
+        blob = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _refuse(line, "attachment.data is not valid base64", field="data") from None
+    if len(blob) > domain.ATTACHMENT_MAX_BYTES:
+        raise _refuse(line, f"an attachment is at most {domain.ATTACHMENT_MAX_BYTES} bytes", field="data")
+    digest = hashlib.sha256(blob).hexdigest()
+    if digest != record["sha256"] or len(blob) != record["size"]:
+        raise _refuse(line, f"attachment {record['id']}'s bytes do not match its sha256 and size", field="data",
+                      sha256=record["sha256"], actual=digest)
+    return blob
+
+
+def parse_state(lines: Iterable[bytes]) -> ParsedState:
+    """Read and check a whole export; raises 400 naming the first bad line. Pure: writes nothing."""
+    state: ParsedState | None = None
+    keys = _Keys()
+    order = {kind.name: position for position, kind in enumerate(KINDS)}
+    last_kind = -1
+    ended = 0
+    number = 0
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            raise _refuse(number, "an empty line")
+        if ended:
+            raise _refuse(number, f"a line after the end line (line {ended})")
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise _refuse(number, f"not a JSON object ({exc}); a truncated file?") from None
+        if state is None:
+            state = ParsedState(_check_header(number, record))
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+            raise _refuse(number, "every line is a JSON object with a kind")
+        name = record["kind"]
+        if name == END_KIND:
+            _check_end(number, record, state)
+            ended = number
+            continue
+        kind = KIND_BY_NAME.get(name)
+        if kind is None:
+            raise _refuse(number, f"unknown kind {name!r}", kind=name[:64])
+        if order[name] < last_kind:
+            raise _refuse(number, f"a {name} line after the {KINDS[last_kind].name} lines: kinds come in file order")
+        last_kind = order[name]
+        state.rows[name].append(_check_row(number, kind, record, keys, state))
+    if state is None:
+        raise _refuse(1, "the file is empty")
+    if not ended:
+        raise _refuse(number + 1, "the end line is missing: the file is truncated")
+    _check_counters(state)
+    return state
+
+
+def _check_end(line: int, record: dict[str, Any], state: ParsedState) -> None:
+    if record.get("counts") != state.counts():
+        raise _refuse(line, f"the end line counts {record.get('counts')!r} but the file holds {state.counts()!r}: "
+                      "lines are missing")
+
+
+def _check_counters(state: ParsedState) -> None:
+    """A project's next number is past all its tasks: the next task created must not collide."""
+    highest: dict[str, int] = {}
+    for task in state.rows["task"]:
+        highest[task["project_id"]] = max(highest.get(task["project_id"], 0), task["number"])
+    for project in state.rows["project"]:
+        if project["next_number"] <= highest.get(project["id"], 0):
+            raise validation(
+                f"project {project['id']}'s next_number {project['next_number']} is not past its tasks "
+                f"(highest number {highest[project['id']]}); nothing was imported",
+                project=project["id"],
+            )
+
+
+def require_empty(tx_or_conn: Any) -> None:
+    row = tx_or_conn.execute("SELECT count(*) FROM projects").fetchone()
+    if row[0]:
+        raise TaskloomError(
+            "BOARD_NOT_EMPTY",
+            f"this board already has {row[0]} project(s); a state import goes into a board without projects",
+            details={"projects": row[0]},
+            hint="start a board on a new data directory (taskd serve --data-dir DIR) and import there",
+        )
+
+
+def _insert(tx: Tx, kind: Kind, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    columns = ", ".join(kind.columns)
+    marks = ", ".join("?" for _ in kind.columns)
+    sql = f"INSERT INTO {kind.table} ({columns}) VALUES ({marks})"
+    for row in rows:
+        tx.execute(sql, tuple(
+            orjson.dumps(row[kind.field(c)]).decode() if c in kind.json_columns else row[c] for c in kind.columns
+        ))
+
+
+def import_state(tx: Tx, state: ParsedState) -> dict[str, Any]:
+    """Insert a parsed export in this one transaction; the blobs are already on disk."""
+    require_empty(tx)
+    for kind in KINDS:
+        _insert(tx, kind, state.rows[kind.name])
+    counts = state.counts()
+    revision = tx.record(
+        events.IMPORT_COMPLETED,
+        events.import_completed(
+            projects=counts["project"], labels=counts["label"], actors=counts["actor"], tasks=counts["task"],
+            comments=counts["comment"], relations=counts["relation"], reports=counts["report"],
+            acceptance_items=counts["acceptance_item"], sessions=counts["session"], attachments=counts["attachment"],
+        ),
+        task_id=None,
+        project_id=None,
+    )
+    return {"imported": counts, "revision": revision, "source_board_id": state.header.get("board_id")}

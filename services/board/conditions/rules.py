@@ -1,0 +1,93 @@
+"""The one dependency rule (SPEC §12): who blocks a card, and which cards are ready to claim.
+
+A card is *blocked by dependency* while a ``blocks`` relation points at it from a source that is
+not terminal. A card is *ready* when it is ``todo``, not an epic, not archived, has no open
+blocker, is not held by a fresh claim, and — when asked for an actor — is unassigned or assigned
+to that actor. ``ready``, the task list filters, ``/breaches``, the claim/deliver/move gates and
+the instant ``card_blocked`` condition all read these clauses; nothing else restates them.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Final
+
+from shared import domain
+from shared.errors import TaskloomError, validation
+from shared.timestamps import format_timestamp, parse_timestamp
+
+from ..dialect import Connection, Row
+
+#: Terminal statuses as SQL literals (the rule's "not done/canceled").
+_TERMINAL_SQL: Final = ", ".join(f"'{status}'" for status in sorted(domain.TERMINAL))
+
+#: The open blockers of the card whose id is the parameter, by identifier.
+OPEN_BLOCKERS_SQL: Final = (
+    "SELECT b.identifier FROM relations r JOIN tasks b ON b.id = r.source_id"
+    f" WHERE r.type = 'blocks' AND r.target_id = ? AND b.status NOT IN ({_TERMINAL_SQL})"
+    " ORDER BY b.identifier"
+)
+
+#: Urgent first; the list's creation order (rowid) breaks ties.
+PRIORITY_RANK_SQL: Final = (
+    "CASE priority WHEN 'urgent' THEN 0 WHEN 'high' THEN 1 WHEN 'medium' THEN 2 ELSE 3 END"
+)
+
+
+def blocked_clause(task: str = "tasks") -> str:
+    """True for a row of ``task`` (a table name or alias) with an open blocker."""
+    return (
+        "EXISTS (SELECT 1 FROM relations r JOIN tasks b ON b.id = r.source_id"
+        f" WHERE r.type = 'blocks' AND r.target_id = {task}.id AND b.status NOT IN ({_TERMINAL_SQL}))"
+    )
+
+
+def fresh_cutoff(now: str, fresh_seconds: float) -> str:
+    """The oldest heartbeat that still counts as fresh at ``now`` (timestamps compare as text)."""
+    return format_timestamp(parse_timestamp(now) - timedelta(seconds=fresh_seconds))
+
+
+def ready_clause(
+    *, now: str, fresh_seconds: float = domain.CLAIM_FRESH_SECONDS, for_actor: str | None = None, task: str = "tasks"
+) -> tuple[str, list[Any]]:
+    """The ready rule as a WHERE fragment and its parameters."""
+    sql = (
+        f"{task}.status = 'todo' AND {task}.kind <> 'epic' AND {task}.archived_at IS NULL"
+        f" AND NOT {blocked_clause(task)}"
+        f" AND ({task}.claimed_by IS NULL OR {task}.heartbeat_at IS NULL OR {task}.heartbeat_at < ?)"
+    )
+    params: list[Any] = [fresh_cutoff(now, fresh_seconds)]
+    if for_actor is not None:
+        sql += f" AND ({task}.assignee_id IS NULL OR {task}.assignee_id = ?)"
+        params.append(for_actor)
+    return sql, params
+
+
+def open_blockers(conn: Connection, task_id: str) -> list[str]:
+    """Identifiers of the open ``blocks`` sources of one card, sorted."""
+    return [row[0] for row in conn.execute(OPEN_BLOCKERS_SQL, (task_id,))]
+
+
+def refuse_open_blockers(
+    conn: Connection, task: Row, *, action: str, force: bool, reason: str | None
+) -> str | None:
+    """The gate of claim, deliver and finishing moves: ``409 DEPENDENCY_OPEN`` while a blocker is
+    open, unless ``force`` comes with a reason of at least 8 characters. Returns that reason when
+    the gate was forced (the caller audits it as ``forced``/``reason``), else None."""
+    blockers = open_blockers(conn, task["id"])
+    if not blockers:
+        return None
+    if not force:
+        raise TaskloomError(
+            "DEPENDENCY_OPEN",
+            f"{task['identifier']} is blocked by {', '.join(blockers)}; {action} waits until they are done or canceled",
+            details={"blockers": blockers, "action": action},
+            hint=f"finish the blockers first, or pass force with a reason of at least {domain.MIN_REASON_CHARS} characters",
+        )
+    text = (reason or "").strip()
+    if len(text) < domain.MIN_REASON_CHARS:
+        raise validation(
+            f"forcing {action} past open blockers needs a reason of at least {domain.MIN_REASON_CHARS} characters",
+            field="reason", reason=reason, blockers=blockers,
+        )
+    return text

@@ -1,0 +1,192 @@
+"""The board's one timer for temporal conditions: a heap of next deadlines (SPEC §12).
+
+Rebuilt from state at start (``instant.rebuild`` in one transaction), adjusted after every commit
+from the ``Deadlines`` its transaction computed, and woken by one ``call_at`` for the earliest
+deadline — never a poll per card. Entries are replaced lazily: the heap may hold outdated
+entries, which are skipped when they surface (``armed`` is the truth).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import structlog
+
+from ..store import SYSTEM_ACTOR, Tx, WriterStore
+from . import instant
+from .signals import Deadlines, Signal
+
+log = structlog.get_logger("taskd.conditions")
+
+#: A deadline this close is fired now: the commit that fires it takes about as long.
+SLACK_SECONDS: Final = 0.002
+#: Most conditions one timer transaction fires; more due at once (a start after downtime) take several.
+FIRE_BATCH: Final = 500
+
+SignalListener = Callable[[Signal], None]
+
+
+class ConditionsEngine:
+    """Instant conditions as the store's command hook, temporal ones on one timer."""
+
+    def __init__(self, store: WriterStore, *, claim_fresh_seconds: float, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.claim_fresh_seconds = claim_fresh_seconds
+        self.clock = clock
+        self._listeners: list[SignalListener] = []
+        self._heap: list[tuple[float, int, str, str, str]] = []
+        self._seq = itertools.count()
+        #: task id → {type: (deadline, episode)}: what is armed now.
+        self._armed: dict[str, dict[str, tuple[float, str]]] = {}
+        self._handle: asyncio.TimerHandle | None = None
+        self._handle_at: float | None = None
+        self._firing: set[asyncio.Task[None]] = set()
+        self._running = False
+        #: (deadline, fired at) of the last fires, POSIX seconds (bench and tests read it).
+        self.fired: list[tuple[float, float]] = []
+        self._configs: instant.ConfigCache = {}
+        store.command_hook = self._hook
+        store.add_effects_listener(self._on_effects)
+
+    # -- wiring ---------------------------------------------------------------------------------
+
+    def add_signal_listener(self, listener: SignalListener) -> None:
+        self._listeners.append(listener)
+
+    @property
+    def armed(self) -> int:
+        return sum(len(entries) for entries in self._armed.values())
+
+    def _hook(self, tx: Tx) -> None:
+        instant.evaluate(tx, claim_fresh_seconds=self.claim_fresh_seconds, cache=self._configs)
+
+    def _on_effects(self, effects: list[Any]) -> None:
+        for effect in effects:
+            if isinstance(effect, Signal):
+                for listener in tuple(self._listeners):
+                    try:
+                        listener(effect)
+                    except Exception:
+                        log.exception("signal_listener_failed", type=effect.type)
+            elif isinstance(effect, Deadlines):
+                self._arm(effect)
+        self._schedule()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Re-derive the marks and arm every temporal condition; overdue ones fire at once."""
+        self._running = True
+        await self.store.command(instant.rebuild, SYSTEM_ACTOR, claim_fresh_seconds=self.claim_fresh_seconds)
+
+    async def stop(self) -> None:
+        self._running = False
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        for task in list(self._firing):
+            task.cancel()
+        for task in list(self._firing):
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: nothing to report to
+                pass
+
+    async def rejected(self, ref: str, to: str, code: str) -> None:
+        """A move or claim was refused: ``transition_rejected`` when the project asks for it."""
+        try:
+            await self.store.command(instant.rejected, SYSTEM_ACTOR, ref, to, code)
+        except Exception:  # noqa: BLE001 - the caller's own refusal is what it must hear
+            log.exception("transition_rejected_failed", ref=ref)
+
+    # -- the heap -------------------------------------------------------------------------------
+
+    def _arm(self, deadlines: Deadlines) -> None:
+        entries = {type_: (deadline, episode) for type_, episode, deadline in deadlines.entries}
+        if entries:
+            self._armed[deadlines.task_id] = entries
+        else:
+            self._armed.pop(deadlines.task_id, None)
+        for type_, (deadline, episode) in entries.items():
+            heapq.heappush(self._heap, (deadline, next(self._seq), deadlines.task_id, type_, episode))
+        if len(self._heap) > 2 * self.armed + 1024:
+            self._compact()
+
+    def _compact(self) -> None:
+        self._heap = [
+            (deadline, next(self._seq), task_id, type_, episode)
+            for task_id, entries in self._armed.items()
+            for type_, (deadline, episode) in entries.items()
+        ]
+        heapq.heapify(self._heap)
+
+    def _valid(self, entry: tuple[float, int, str, str, str]) -> bool:
+        deadline, _, task_id, type_, episode = entry
+        return self._armed.get(task_id, {}).get(type_) == (deadline, episode)
+
+    def _schedule(self) -> None:
+        if not self._running:
+            return
+        while self._heap and not self._valid(self._heap[0]):
+            heapq.heappop(self._heap)
+        if not self._heap:
+            if self._handle is not None:
+                self._handle.cancel()
+                self._handle, self._handle_at = None, None
+            return
+        deadline = self._heap[0][0]
+        if self._handle is not None and self._handle_at == deadline:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        loop = asyncio.get_running_loop()
+        self._handle_at = deadline
+        self._handle = loop.call_at(loop.time() + max(0.0, deadline - self.clock()), self._due)
+
+    def _due(self) -> None:
+        self._handle, self._handle_at = None, None
+        now = self.clock()
+        due: list[tuple[str, str, str]] = []
+        deadlines: list[float] = []
+        while self._heap and len(due) < FIRE_BATCH:
+            entry = self._heap[0]
+            if not self._valid(entry):
+                heapq.heappop(self._heap)
+                continue
+            if entry[0] > now + SLACK_SECONDS:
+                break
+            heapq.heappop(self._heap)
+            deadline, _, task_id, type_, episode = entry
+            entries = self._armed.get(task_id, {})
+            entries.pop(type_, None)
+            if not entries:
+                self._armed.pop(task_id, None)
+            due.append((task_id, type_, episode))
+            deadlines.append(deadline)
+        if due:
+            task = asyncio.get_running_loop().create_task(self._fire(due, deadlines))
+            self._firing.add(task)
+            task.add_done_callback(self._firing.discard)
+        self._schedule()
+
+    async def _fire(self, due: list[tuple[str, str, str]], deadlines: list[float]) -> None:
+        try:
+            again = await self.store.command(
+                instant.fire, SYSTEM_ACTOR, due, claim_fresh_seconds=self.claim_fresh_seconds, slack=SLACK_SECONDS
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("condition_fire_failed", count=len(due))
+            return
+        fired_at = self.clock()
+        self.fired.extend((deadline, fired_at) for deadline in deadlines)
+        del self.fired[:-20000]
+        for deadlines_again in again:
+            self._arm(deadlines_again)
+        self._schedule()

@@ -1,0 +1,555 @@
+"""The PostgreSQL engine of the store seam: one database, any number of board processes.
+
+The commands and queries are the SQLite store's, unchanged: they talk to :class:`PgConnection`,
+an adapter that rewrites SQLite's placeholders (``dialect.to_pyformat``) and builds rows of the
+same shape as ``sqlite3.Row``. What differs is below the seam:
+
+* **The write lock.** Every writing transaction's first statement locks the one
+  ``global_revision`` row (``SELECT … FOR UPDATE``); the triggers bump it as SQLite's do. The lock
+  is held until COMMIT, so revisions are assigned and become visible in commit order across every
+  process (``docs/architecture.md``, "Revisions on PostgreSQL never let a reader skip").
+* **Waking the other processes.** The batch's last statement is ``pg_notify('taskloom_log', R)``:
+  delivered at COMMIT, never for a rollback. A ``LISTEN`` thread turns each notification into the
+  same commit-listener call an in-process commit makes.
+* **Reads** run on a ``psycopg_pool`` of ``REPEATABLE READ READ ONLY`` connections: one snapshot
+  per ``store.query``, as on SQLite.
+* **Refusals** of the PL/pgSQL triggers carry SQLite's exact RAISE text, so they translate to the
+  same stable codes; a server that went away is ``503 STORE_UNAVAILABLE``, retried by the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from decimal import Decimal
+from importlib import resources
+from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
+
+import psycopg
+import psycopg.errors
+import structlog
+from psycopg.adapt import Dumper, Loader
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from shared.errors import TaskloomError
+
+from .dialect import POSTGRESQL, Params, bind
+from .store import (
+    READER_THREADS,
+    Actor,
+    SchemaTooNew,
+    StoreUnreachable,
+    Tx,
+    WriterStore,
+    refuse_unencodable,
+    trigger_refusal,
+    utc_now,
+)
+
+T = TypeVar("T")
+
+log = structlog.get_logger("taskd.store")
+
+#: The channel every writing transaction notifies with its last revision, and the one a token
+#: rotation notifies, so every board process on the database reloads it.
+LOG_CHANNEL: Final = "taskloom_log"
+TOKEN_CHANNEL: Final = "taskloom_token"
+#: How long connecting may take before the server counts as unreachable, seconds.
+CONNECT_TIMEOUT_S: Final = 5
+#: How long a read waits for a pool connection before answering 503, seconds.
+READ_TIMEOUT_S: Final = 5.0
+#: The log reader's safety poll: notifications wake it; this catches anything they could miss.
+SAFETY_POLL_S: Final = 2.0
+#: Pause between attempts of the LISTEN thread to reach a server that went away, seconds.
+LISTEN_RETRY_S: Final = 0.5
+#: Taken (transaction-scoped) while migrating, so two processes starting at once apply a file once.
+MIGRATION_LOCK: Final = 0x7461736B6C6F6F6D  # "taskloom"
+
+
+def describe_target(url: str) -> str:
+    """``host:port/dbname`` of a connection URL, for one-line errors (never the password)."""
+    try:
+        parts: dict[str, Any] = dict(conninfo_to_dict(url))
+    except psycopg.ProgrammingError:
+        split = urlsplit(url)
+        try:
+            number = split.port
+        except ValueError:
+            number = None
+        parts = {"host": split.hostname, "port": number, "dbname": split.path.lstrip("/")}
+    host = str(parts.get("host") or parts.get("hostaddr") or "localhost")
+    port = str(parts.get("port") or "5432")
+    return f"{host}:{port}/{parts.get('dbname') or parts.get('user') or ''}"
+
+
+def check_url(url: str) -> None:
+    """A ``postgresql://`` (or ``postgres://``) URL, or StoreUnreachable saying what is wrong with it."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise StoreUnreachable(f"--database takes a postgresql://host:port/dbname URL, not {url.split(':', 1)[0]!r}")
+
+
+def migrations() -> list[tuple[int, str]]:
+    """The numbered PostgreSQL migration scripts shipped with this code, in order."""
+    folder = resources.files("services.board") / "migrations" / "postgresql"
+    scripts = []
+    for entry in folder.iterdir():
+        if entry.is_file() and entry.name.endswith(".sql"):
+            scripts.append((int(entry.name.split("_", 1)[0]), entry.read_text(encoding="utf-8")))
+    scripts.sort()
+    return scripts
+
+
+def schema_version() -> int:
+    return migrations()[-1][0]
+
+
+# -- rows and the connection adapter --------------------------------------------------------------
+
+
+class PgRow:
+    """A result row shaped like ``sqlite3.Row``: by position, by column name, ``keys()``."""
+
+    __slots__ = ("_index", "_names", "_values")
+
+    def __init__(self, values: Sequence[Any], names: list[str], index: dict[str, int]) -> None:
+        self._values = values
+        self._names = names
+        self._index = index
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+    def __getitem__(self, key: int | str, /) -> Any:
+        if isinstance(key, str):
+            return self._values[self._index[key]]
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"PgRow({dict(zip(self._names, self._values))!r})"
+
+
+def pg_rows(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], PgRow]:
+    names = [column.name for column in cursor.description or ()]
+    index = {name: position for position, name in reversed(list(enumerate(names)))}
+    return lambda values: PgRow(values, names, index)
+
+
+class _Number(Loader):
+    """``numeric`` (what ``sum`` of a BIGINT returns, text format) as SQLite returns it: an int, else a float."""
+
+    def load(self, data: Any) -> int | float:
+        text = bytes(data).decode()
+        value = Decimal(text)
+        return int(value) if value == value.to_integral_value() else float(value)
+
+
+class _BoolAsInteger(Dumper):
+    """SQLite has no booleans; a Python bool bound into a BIGINT column is 0 or 1 there, and here."""
+
+    oid = psycopg.adapters.types["int8"].oid
+
+    def dump(self, obj: Any) -> bytes:
+        return b"1" if obj else b"0"
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.adapters.register_loader("numeric", _Number)
+    conn.adapters.register_dumper(bool, _BoolAsInteger)
+
+
+class PgConnection:
+    """What commands and queries see on PostgreSQL (``dialect.Connection``)."""
+
+    dialect = POSTGRESQL
+
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, parameters: Params = (), /) -> psycopg.Cursor[PgRow]:
+        query, params = bind(sql, parameters)
+        cursor: psycopg.Cursor[PgRow] = self.raw.cursor(row_factory=pg_rows)
+        # A tuple is always passed, even empty: psycopg then reads ``%%`` as the ``%`` it stands for.
+        cursor.execute(query, params if isinstance(params, Mapping) else tuple(params))
+        return cursor
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+    def usable(self) -> bool:
+        return not (self.raw.closed or self.raw.broken)
+
+
+def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
+    """A connection with the board's adapters; StoreUnreachable (host and port) when there is none."""
+    try:
+        conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)
+    except psycopg.ProgrammingError as exc:
+        raise StoreUnreachable(f"cannot use PostgreSQL at {describe_target(url)}: the URL cannot be read ({exc})") from exc
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise StoreUnreachable(f"cannot reach PostgreSQL at {describe_target(url)}: {reason}") from exc
+    _configure(conn)
+    return conn
+
+
+# -- migrations -------------------------------------------------------------------------------------
+
+
+def current_version(conn: psycopg.Connection[Any]) -> int:
+    if conn.execute("SELECT to_regclass('schema_version')").fetchone()[0] is None:  # type: ignore[index]
+        return 0
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _refuse_newer(url: str, current: int, latest: int) -> None:
+    if current > latest:
+        raise SchemaTooNew(
+            f"the database at {describe_target(url)} has schema version {current}, newer than this Taskloom "
+            f"understands ({latest}); upgrade Taskloom or point --database elsewhere. The database was not modified."
+        )
+
+
+def migrate(url: str) -> None:
+    """Create or upgrade the schema; a newer one is refused before anything is written.
+
+    Each file records its own version (its last statement), so applying the files with ``psql``
+    gives the same database. Each runs in one transaction under an advisory lock, re-reading the
+    version there, so two processes starting on one fresh database apply every file once.
+    """
+    latest = schema_version()
+    check_url(url)
+    with connect(url) as conn:
+        _refuse_newer(url, current_version(conn), latest)
+        for number, script in migrations():
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                current = current_version(conn)
+                _refuse_newer(url, current, latest)
+                if number > current:
+                    conn.execute(script.encode())  # no parameters: one simple-protocol script
+        conn.execute(
+            "INSERT INTO board_meta (key, value) VALUES ('board_id', %s) ON CONFLICT (key) DO NOTHING",
+            (f"brd_{secrets.token_hex(8)}",),
+        )
+
+
+# -- errors -----------------------------------------------------------------------------------------
+
+#: SQLSTATE classes that mean "the database cannot be used right now", not "this request is wrong":
+#: 08 connection exception, 53 insufficient resources, 57 operator intervention (shutdown), 40
+#: serialisation failure / deadlock (the transaction is lost, a retry succeeds), 55P03 lock not available.
+_UNAVAILABLE_CLASSES: Final = ("08", "53", "57", "40", "58")
+
+
+def unavailable(exc: BaseException, what: str = "is unavailable") -> TaskloomError:
+    state = getattr(exc, "sqlstate", None)
+    return TaskloomError(
+        "STORE_UNAVAILABLE",
+        f"the board's database {what}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}",
+        details={"sqlstate": state, "retry_after": 1},
+        hint="retry in a moment; if it persists, check the PostgreSQL server",
+    )
+
+
+def translate_error(exc: BaseException) -> BaseException:
+    """What a command's caller is told: a stable error for what PostgreSQL refused, else ``exc``."""
+    error: TaskloomError | None = None
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate or ""
+        message = exc.diag.message_primary or str(exc)
+        if isinstance(exc, psycopg.errors.RaiseException):
+            error = trigger_refusal(message)
+        elif isinstance(exc, psycopg.errors.UniqueViolation):
+            error = TaskloomError("CONFLICT", f"already taken: {message}", details={"constraint": message})
+        elif isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) or state.startswith(_UNAVAILABLE_CLASSES):
+            error = unavailable(exc)
+        elif isinstance(exc, (psycopg.IntegrityError, psycopg.DataError)):
+            error = TaskloomError("VALIDATION_FAILED", f"refused by the database: {message}", details={"constraint": message})
+    elif isinstance(exc, PoolTimeout):
+        error = unavailable(exc)
+    if error is None:
+        return exc
+    error.__cause__ = exc
+    return error
+
+
+# -- the store --------------------------------------------------------------------------------------
+
+TokenListener = Callable[[], None]
+
+
+class PostgresStore(WriterStore):
+    """The PostgreSQL implementation of the store seam."""
+
+    engine = "postgresql"
+    driver_error = psycopg.Error
+
+    def __init__(self, url: str, *, clock: Callable[[], str] = utc_now) -> None:
+        super().__init__(clock=clock)
+        self.url = url
+        self.target = describe_target(url)
+        self._writer_raw: PgConnection | None = None
+        self._local = threading.local()
+        self._own: list[PgConnection] = []
+        self._own_lock = threading.Lock()
+        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._token_listeners: list[TokenListener] = []
+        self._listen_thread: threading.Thread | None = None
+        self._listen_stop = threading.Event()
+        self._listen_conn: psycopg.Connection[Any] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        migrate(self.url)
+        self._pool = ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=READER_THREADS + 2,
+            open=False,
+            timeout=READ_TIMEOUT_S,
+            kwargs={"connect_timeout": CONNECT_TIMEOUT_S},
+            configure=self._configure_reader,
+            # A connection the server dropped is found before use, so reads heal when it returns.
+            check=ConnectionPool.check_connection,
+            name="taskloom-readers",
+        )
+        self._pool.open(wait=False)
+
+    @staticmethod
+    def _configure_reader(conn: psycopg.Connection[Any]) -> None:
+        _configure(conn)
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+
+    def _close_connections(self) -> None:
+        self._listen_stop.set()
+        if self._listen_conn is not None:
+            with contextlib.suppress(Exception):
+                self._listen_conn.cancel_safe(timeout=1)
+        if self._listen_thread is not None:
+            self._listen_thread.join(timeout=10)
+        with self._own_lock:
+            for conn in self._own:
+                with contextlib.suppress(Exception):
+                    conn.raw.close()
+            self._own.clear()
+        if self._pool is not None:
+            self._pool.close()
+
+    def _own_conn(self) -> PgConnection:
+        """This thread's autocommit connection (made again when the last one broke)."""
+        conn: PgConnection | None = getattr(self._local, "conn", None)
+        if conn is None or not conn.usable():
+            conn = PgConnection(connect(self.url))
+            self._local.conn = conn
+            with self._own_lock:
+                self._own.append(conn)
+        return conn
+
+    # -- engine hooks -----------------------------------------------------------------------------
+
+    def _writer_conn(self) -> PgConnection:
+        try:
+            return self._own_conn()
+        except StoreUnreachable as exc:
+            raise psycopg.OperationalError(str(exc)) from exc
+
+    def _begin(self, conn: PgConnection) -> None:
+        conn.execute("BEGIN")
+        # The revision lock first, before any other row lock: commit order = revision order, no deadlock.
+        conn.execute("SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE")
+
+    def _before_commit(self, conn: PgConnection, revision: int) -> None:
+        conn.execute("SELECT pg_notify(?, ?)", (LOG_CHANNEL, str(revision)))
+
+    def _in_transaction(self, conn: PgConnection) -> bool:
+        return conn.in_transaction
+
+    def translate_error(self, exc: BaseException) -> BaseException:
+        return translate_error(exc)
+
+    # -- the seam ---------------------------------------------------------------------------------
+
+    def run_command(self, fn: Callable[..., T], actor: Actor, *args: Any, **kwargs: Any) -> tuple[T, list[int]]:
+        conn: PgConnection | None = None
+        try:
+            conn = self._writer_conn()
+            self._begin(conn)
+            tx = Tx(conn, actor, self.clock())
+            result = fn(tx, *args, **kwargs)
+            self._run_hook(tx)
+            refuse_unencodable(result)
+            if tx.appended:
+                self._before_commit(conn, tx.appended[-1])
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn is not None and conn.in_transaction:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
+            error = translate_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
+        return result, tx.appended
+
+    def run_query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(conn, ...)`` in one ``REPEATABLE READ`` read-only transaction (one snapshot)."""
+        assert self._pool is not None, "open() the store first"
+        try:
+            with self._pool.connection() as raw:
+                return fn(PgConnection(raw), *args, **kwargs)
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            raise unavailable(exc) from exc
+
+    def follow_log(self) -> PgLogFollower:
+        return PgLogFollower(self.url)
+
+    # -- secrets shared by every process (token, login codes, session revocations) ---------------
+
+    def read_secret(self, key: str) -> str | None:
+        row = self.run_query(lambda conn: conn.execute("SELECT value FROM board_secrets WHERE key = ?", (key,)).fetchone())
+        return None if row is None else str(row[0])
+
+    def write_secret(self, key: str, value: str, *, only_if_absent: bool = False, notify_token: bool = False) -> str:
+        """Store ``value`` under ``key`` (or keep the stored one when ``only_if_absent``); returns what is stored."""
+        conflict = "DO NOTHING" if only_if_absent else "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at"
+        conn = self._own_conn()
+        with conn.raw.transaction():
+            conn.execute(
+                f"INSERT INTO board_secrets (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) {conflict}",
+                (key, value, utc_now()),
+            )
+            stored = conn.execute("SELECT value FROM board_secrets WHERE key = ?", (key,)).fetchone()
+            assert stored is not None, "written in this transaction"
+            if notify_token:
+                conn.execute("SELECT pg_notify(?, '')", (TOKEN_CHANNEL,))
+        return str(stored[0])
+
+    def secrets_with_prefix(self, prefix: str) -> dict[str, str]:
+        rows = self.run_query(
+            lambda conn: conn.execute("SELECT key, value FROM board_secrets WHERE key LIKE ?", (f"{prefix}%",)).fetchall()
+        )
+        return {str(row[0]): str(row[1]) for row in rows}
+
+    def add_token_listener(self, listener: TokenListener) -> None:
+        """Called on the event loop when any process rotates the board token."""
+        self._token_listeners.append(listener)
+        self._start_listening()
+
+    # -- blobs --------------------------------------------------------------------------------------
+
+    def read_blob(self, sha256: str) -> bytes | None:
+        row = self.run_query(lambda conn: conn.execute("SELECT content FROM attachment_blobs WHERE sha256 = ?", (sha256,)).fetchone())
+        return None if row is None else bytes(row[0])
+
+    # -- LISTEN ---------------------------------------------------------------------------------
+
+    def add_commit_listener(self, listener: Callable[[int], None]) -> None:
+        super().add_commit_listener(listener)
+        self._start_listening()
+
+    def _start_listening(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            self._loop = asyncio.get_running_loop()
+        if self._listen_thread is None and self._loop is not None:
+            self._listen_thread = threading.Thread(target=self._listen, name="taskloom-listen", daemon=True)
+            self._listen_thread.start()
+
+    def _listen(self) -> None:
+        """Turn every notification into a commit-listener (or token-listener) call on the loop."""
+        while not self._listen_stop.is_set():
+            try:
+                conn = connect(self.url)
+            except StoreUnreachable:
+                self._listen_stop.wait(LISTEN_RETRY_S)
+                continue
+            self._listen_conn = conn
+            try:
+                conn.execute(f"LISTEN {LOG_CHANNEL}")
+                conn.execute(f"LISTEN {TOKEN_CHANNEL}")
+                # Whatever was committed while nobody listened: the readers read up to the head now.
+                head = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()
+                self._hand_over(int(head[0]) if head else 0, token=True)
+                while not self._listen_stop.is_set():
+                    for note in conn.notifies(timeout=1.0):
+                        if note.channel == LOG_CHANNEL:
+                            self._hand_over(int(note.payload or 0))
+                        else:
+                            self._hand_over(0, token=True)
+            except psycopg.Error:
+                if not self._listen_stop.is_set():
+                    log.warning("listen_connection_lost", target=self.target)
+                    self._listen_stop.wait(LISTEN_RETRY_S)
+            finally:
+                self._listen_conn = None
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+    def _hand_over(self, revision: int, *, token: bool = False) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody left to tell
+            if revision:
+                loop.call_soon_threadsafe(self._notify, revision)
+            if token:
+                loop.call_soon_threadsafe(self._tell_token_listeners)
+
+    def _tell_token_listeners(self) -> None:
+        for listener in tuple(self._token_listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("token_listener_failed")
+
+
+class PgLogFollower:
+    """The log reader's own connection. ``changed`` is the slow safety poll: NOTIFY does the waking."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn: PgConnection | None = None
+        self._last = 0.0
+
+    def changed(self) -> bool:
+        now = time.monotonic()
+        if now - self._last >= SAFETY_POLL_S:
+            self._last = now
+            return True
+        return False
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[PgConnection]:
+        if self.conn is None or not self.conn.usable():
+            raw = connect(self.url, autocommit=False)
+            PostgresStore._configure_reader(raw)
+            self.conn = PgConnection(raw)
+        raw = self.conn.raw
+        try:
+            yield self.conn
+        finally:
+            if raw.info.transaction_status != TransactionStatus.UNKNOWN:
+                raw.rollback()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.raw.close()
+            self.conn = None

@@ -1,0 +1,374 @@
+"""The SQLite engine of the store seam: one file, WAL, ``BEGIN IMMEDIATE`` as the write lock.
+
+The default for one person's machine. On SQLite the single writer lock makes commit order equal
+revision order by itself; :mod:`.store` holds everything the two engines share.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from shared.errors import TaskloomError
+
+from .store import Actor, SchemaTooNew, Tx, WriterStore, refuse_unencodable, trigger_refusal, utc_now
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 5000
+#: The database header (https://www.sqlite.org/fileformat.html#the_database_header): a magic
+#: string, then at offset 60 the 4-byte big-endian user_version.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+USER_VERSION_OFFSET = 60
+#: Primary result codes that mean "the file cannot be used right now", not "this request is wrong".
+UNAVAILABLE_CODES = frozenset({
+    sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL,
+    sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL,
+})
+
+
+def migrations() -> list[tuple[int, str]]:
+    """The numbered migration scripts shipped with this code, in order."""
+    folder = resources.files("services.board") / "migrations"
+    scripts = []
+    for entry in folder.iterdir():
+        if entry.is_file() and entry.name.endswith(".sql"):
+            number = int(entry.name.split("_", 1)[0])
+            scripts.append((number, entry.read_text(encoding="utf-8")))
+    scripts.sort()
+    return scripts
+
+
+def schema_version() -> int:
+    return migrations()[-1][0]
+
+
+def connect(path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, synchronous: str = "full") -> sqlite3.Connection:
+    """A connection with the board's pragmas; autocommit mode, transactions are explicit.
+
+    ``synchronous`` is ``taskd serve --durability``: FULL (default) fsyncs the WAL at every commit.
+    """
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute(f"PRAGMA synchronous = {'NORMAL' if synchronous == 'normal' else 'FULL'}")
+    return conn
+
+
+def header_user_version(path: Path) -> int | None:
+    """``user_version`` read from the file's header without opening it through SQLite.
+
+    Opening a WAL file creates ``-wal``/``-shm`` siblings, so a newer file is judged by its bytes
+    first. None when the header cannot be trusted alone: no file, not SQLite, or a WAL sibling
+    that may hold a newer page 1.
+    """
+    if Path(f"{path}-wal").exists():
+        return None
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(100)
+    except FileNotFoundError:
+        return None
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        return None
+    return int.from_bytes(header[USER_VERSION_OFFSET:USER_VERSION_OFFSET + 4], "big", signed=True)
+
+
+def _refuse_newer(path: Path, current: int, latest: int) -> None:
+    if current > latest:
+        raise SchemaTooNew(
+            f"{path} has schema version {current}, newer than this Taskloom understands ({latest}); "
+            "upgrade Taskloom or point --data-dir elsewhere. The file was not modified."
+        )
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements; ``sqlite3.complete_statement`` knows trigger bodies."""
+    statements: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending)
+            pending = ""
+    if pending.strip() and not all(
+        part.strip().startswith("--") or not part.strip() for part in pending.splitlines()
+    ):
+        raise ValueError(f"incomplete statement at the end of a migration: {pending[:80]!r}")
+    return statements
+
+
+def migrate(path: Path) -> None:
+    """Create or upgrade the file; a file from a newer schema is refused before anything is written."""
+    latest = schema_version()
+    known = header_user_version(path)
+    if known is not None:
+        _refuse_newer(path, known, latest)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        seen = conn.execute("PRAGMA user_version").fetchone()[0]
+        _refuse_newer(path, seen, latest)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        for number, script in migrations():
+            if number <= seen:
+                continue
+            # Each step re-reads the version under the write lock: two processes opening one fresh
+            # file at once must not both run a script (the second would find its tables there).
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                current = conn.execute("PRAGMA user_version").fetchone()[0]
+                _refuse_newer(path, current, latest)
+                if number > current:
+                    for statement in _statements(script):
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {number}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        conn.execute(
+            "INSERT OR IGNORE INTO board_meta (key, value) VALUES ('board_id', ?)",
+            (f"brd_{secrets.token_hex(8)}",),
+        )
+    finally:
+        conn.close()
+
+
+class SchemaDamaged(RuntimeError):
+    """The file lacks triggers the migrations define: its rules would go unenforced."""
+
+    def __init__(self, path: Path, missing: list[str]) -> None:
+        self.missing = missing
+        noun = "trigger" if len(missing) == 1 else "triggers"
+        super().__init__(
+            f"{path} lacks {len(missing)} {noun} the schema defines ({', '.join(missing)}), so its rules are not "
+            "enforced; run `taskd serve --repair-schema` to recreate them from the migrations"
+        )
+
+
+_CREATE_TRIGGER = re.compile(r"CREATE\s+TRIGGER\s+(?:IF\s+NOT\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
+_DROP_TRIGGER = re.compile(r"DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
+
+
+def _code(statement: str) -> str:
+    """A statement without the comment lines and blank lines before it."""
+    lines = statement.splitlines(keepends=True)
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+        lines.pop(0)
+    return "".join(lines).strip()
+
+
+def defined_triggers() -> dict[str, str]:
+    """Every trigger the migrations leave in place, name → its ``CREATE TRIGGER`` statement.
+
+    Read from the migration SQL itself, so the list cannot drift from what the schema creates.
+    """
+    triggers: dict[str, str] = {}
+    for _, script in migrations():
+        for statement in _statements(script):
+            code = _code(statement)
+            if created := _CREATE_TRIGGER.match(code):
+                triggers[created[1]] = code
+            elif dropped := _DROP_TRIGGER.match(code):
+                triggers.pop(dropped[1], None)
+    return triggers
+
+
+def missing_triggers(conn: sqlite3.Connection) -> list[str]:
+    present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    return sorted(name for name in defined_triggers() if name not in present)
+
+
+def verify_triggers(path: Path, *, repair: bool = False) -> list[str]:
+    """Check that every trigger the migrations define exists; returns the names it recreated.
+
+    Raises :class:`SchemaDamaged` naming the missing ones, unless ``repair`` recreates them (from
+    the migration SQL, in one transaction).
+    """
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        missing = missing_triggers(conn)
+        if not missing:
+            return []
+        if not repair:
+            raise SchemaDamaged(path, missing)
+        definitions = defined_triggers()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            missing = missing_triggers(conn)  # again, under the write lock
+            for name in missing:
+                conn.execute(definitions[name])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return missing
+    finally:
+        conn.close()
+
+
+def translate_operational_error(exc: sqlite3.OperationalError) -> TaskloomError | None:
+    """A busy, locked, full or failing file is 503 STORE_UNAVAILABLE (retry later), not a 500."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None or code & 0xFF not in UNAVAILABLE_CODES:
+        return None
+    return TaskloomError(
+        "STORE_UNAVAILABLE",
+        f"the board's database is unavailable: {exc}",
+        details={"sqlite_error": getattr(exc, "sqlite_errorname", None), "retry_after": 1},
+        hint="retry in a moment; if it persists, check the disk and other processes holding the file",
+    )
+
+
+def translate_integrity_error(exc: sqlite3.DatabaseError) -> TaskloomError:
+    """Map a trigger's RAISE(ABORT, 'CODE: text') to the stable error it stands for."""
+    text = str(exc)
+    if text.startswith("UNIQUE constraint failed"):
+        # Commands check uniqueness first with a clear message; this is the backstop for a race.
+        return TaskloomError("CONFLICT", f"already taken: {text}", details={"constraint": text})
+    return trigger_refusal(text)
+
+
+def translate_error(exc: BaseException) -> BaseException:
+    """What a command's caller is told: a stable error for what SQLite refused, else ``exc`` itself."""
+    error: TaskloomError | None = None
+    if isinstance(exc, sqlite3.IntegrityError):
+        error = translate_integrity_error(exc)
+    elif isinstance(exc, sqlite3.OperationalError):
+        error = translate_operational_error(exc)
+    if error is None:
+        return exc
+    error.__cause__ = exc
+    return error
+
+
+
+
+class SqliteStore(WriterStore):
+    """The SQLite implementation of the store seam."""
+
+    engine = "sqlite"
+    driver_error = sqlite3.Error
+
+    def __init__(
+        self, path: Path, *, clock: Callable[[], str] = utc_now, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        synchronous: str = "full",
+    ) -> None:
+        super().__init__(clock=clock)
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        migrate(self.path)
+
+    def _close_connections(self) -> None:
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.path, busy_timeout_ms=self.busy_timeout_ms, synchronous=self.synchronous)
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    def _writer_conn(self) -> sqlite3.Connection:
+        return self._conn()
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+
+    def _in_transaction(self, conn: sqlite3.Connection) -> bool:
+        return conn.in_transaction
+
+    def translate_error(self, exc: BaseException) -> BaseException:
+        return translate_error(exc)
+
+    def follow_log(self) -> SqliteLogFollower:
+        return SqliteLogFollower(connect(self.path, busy_timeout_ms=self.busy_timeout_ms, synchronous=self.synchronous))
+
+    # -- the seam -------------------------------------------------------------------------------
+
+    def run_command(self, fn: Callable[..., T], actor: Actor, *args: Any, **kwargs: Any) -> tuple[T, list[int]]:
+        """Run ``fn(tx, ...)`` in one transaction on the calling thread; returns (result, revisions).
+
+        For scripts, tests, benches and other processes writing the file: it does not go through
+        the writer thread, so SQLite's lock (and ``busy_timeout``) orders it against the board.
+        """
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            # Stamped once the write lock is held, so commit times follow revision order even when
+            # another process made this command wait.
+            tx = Tx(conn, actor, self.clock())
+            result = fn(tx, *args, **kwargs)
+            self._run_hook(tx)
+            refuse_unencodable(result)
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            error = translate_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
+        return result, tx.appended
+
+    def run_query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(conn, ...)`` in one read transaction (a consistent snapshot)."""
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN")
+            try:
+                return fn(conn, *args, **kwargs)
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if unavailable := translate_operational_error(exc):
+                raise unavailable from exc
+            raise
+
+
+class SqliteLogFollower:
+    """``PRAGMA data_version`` changes whenever any *other* connection commits to the file."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self._version: int | None = None
+
+    def changed(self) -> bool:
+        version: int = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        changed, self._version = version != self._version, version
+        return changed
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN")
+        try:
+            yield self.conn
+        finally:
+            self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()

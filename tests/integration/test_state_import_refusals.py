@@ -1,0 +1,168 @@
+"""Every bad state file is refused with a clear error naming its line, and nothing is written."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.support.board import API, BoardClient, RunningBoard, row_counts, start_board
+from tests.support.state_builder import build_random_board
+
+pytestmark = pytest.mark.asyncio
+
+TABLES = ("projects", "tasks", "comments", "attachments", "labels", "actors", "task_activities")
+
+
+@pytest.fixture
+async def source(client: BoardClient) -> list[dict]:
+    await build_random_board(client, 31, projects=1, tasks=6)
+    reply = await client.get(f"{API}/state")
+    assert reply.status == 200
+    return [json.loads(line) for line in reply.body.splitlines()]
+
+
+@pytest.fixture
+async def target(tmp_path: Path) -> AsyncIterator[tuple[RunningBoard, BoardClient]]:
+    board = await start_board(tmp_path / "target")
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield board, BoardClient(board.url, board.token, session)
+    finally:
+        await board.runner.cleanup()
+
+
+def encode(records: list[dict]) -> bytes:
+    return b"".join(json.dumps(record).encode() + b"\n" for record in records)
+
+
+def first(records: list[dict], kind: str) -> int:
+    return next(i for i, record in enumerate(records) if record["kind"] == kind)
+
+
+def _unknown_kind(records: list[dict]) -> list[dict]:
+    return [records[0], {"kind": "widget", "row": {}}, *records[1:]]
+
+
+def _duplicate_task(records: list[dict]) -> list[dict]:
+    at = first(records, "task")
+    return [*records[:at + 1], records[at], *records[at + 1:]]
+
+
+def _missing_task(records: list[dict]) -> list[dict]:
+    at = first(records, "comment")
+    records[at]["row"]["task_id"] = "00000000-0000-0000-0000-000000000000"
+    return records
+
+
+def _bytes_do_not_match(records: list[dict]) -> list[dict]:
+    at = first(records, "attachment")
+    records[at]["data"] = base64.b64encode(b"not the uploaded bytes").decode()
+    return records
+
+
+def _unknown_version(records: list[dict]) -> list[dict]:
+    records[0]["version"] = 2
+    return records
+
+
+def _no_end_line(records: list[dict]) -> list[dict]:
+    return records[:-1]
+
+
+def _counter_behind(records: list[dict]) -> list[dict]:
+    records[first(records, "project")]["row"]["next_number"] = 1
+    return records
+
+
+def _unknown_field(records: list[dict]) -> list[dict]:
+    records[first(records, "task")]["row"]["owner"] = "mallory"
+    return records
+
+
+def _out_of_order(records: list[dict]) -> list[dict]:
+    actor = records.pop(first(records, "actor"))
+    at = first(records, "task")
+    return [*records[:at + 1], actor, *records[at + 1:]]
+
+
+def _bad_status(records: list[dict]) -> list[dict]:
+    records[first(records, "task")]["row"]["status"] = "finished"
+    return records
+
+
+CASES: dict[str, tuple[Callable[[list[dict]], list[dict]], str, Callable[[list[dict]], int] | None]] = {
+    "unknown kind": (_unknown_kind, "unknown kind 'widget'", lambda r: 2),
+    "duplicate id": (_duplicate_task, "duplicate task", lambda r: first(r, "task") + 2),
+    "missing task": (_missing_task, "refers to task", lambda r: first(r, "comment") + 1),
+    "hash mismatch": (_bytes_do_not_match, "do not match its sha256", lambda r: first(r, "attachment") + 1),
+    "unknown version": (_unknown_version, "unknown export version 2", lambda r: 1),
+    "no end line": (_no_end_line, "truncated", None),
+    "counter behind its tasks": (_counter_behind, "next_number 1 is not past its tasks", None),
+    "unknown field": (_unknown_field, "unknown: owner", lambda r: first(r, "task") + 1),
+    "kinds out of order": (_out_of_order, "kinds come in file order", lambda r: first(r, "actor") + 1),
+    "a status the board does not have": (_bad_status, "task.status must be one of", lambda r: first(r, "task") + 1),
+}
+
+
+async def assert_nothing_written(board: RunningBoard) -> None:
+    assert await row_counts(board, *TABLES) == (0,) * len(TABLES)
+    blobs = board.data_dir / "attachments"
+    assert not blobs.exists() or not any(path.is_file() for path in blobs.rglob("*"))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_a_bad_file_is_refused_by_line_and_writes_nothing(
+    source: list[dict], target: tuple[RunningBoard, BoardClient], case: str
+) -> None:
+    change, words, line_of = CASES[case]
+    records = change(json.loads(json.dumps(source)))
+    board, client = target
+    reply = await client.request("POST", f"{API}/state", data=encode(records))
+    assert reply.status == 400 and reply.error == "VALIDATION_FAILED", reply.body
+    message = reply.body["error"]["message"]
+    assert words in message and "nothing was imported" in message, message
+    if line_of is not None:
+        assert reply.body["error"]["details"]["line"] == line_of(records), reply.body
+        assert message.startswith(f"line {line_of(records)}: ")
+    await assert_nothing_written(board)
+
+
+async def test_a_file_cut_in_the_middle_of_a_line_is_refused(
+    source: list[dict], target: tuple[RunningBoard, BoardClient]
+) -> None:
+    data = encode(source)
+    cut = data[: len(data) // 2]
+    board, client = target
+    reply = await client.request("POST", f"{API}/state", data=cut)
+    assert reply.status == 400 and reply.error == "VALIDATION_FAILED"
+    assert reply.body["error"]["details"]["line"] == cut.count(b"\n") + 1
+    await assert_nothing_written(board)
+
+
+async def test_an_empty_body_is_refused(target: tuple[RunningBoard, BoardClient]) -> None:
+    board, client = target
+    reply = await client.request("POST", f"{API}/state", data=b"")
+    assert reply.status == 400 and "empty" in reply.body["error"]["message"]
+    await assert_nothing_written(board)
+
+
+async def test_a_board_with_projects_is_refused_with_409(
+    source: list[dict], client: BoardClient, board: RunningBoard
+) -> None:
+    before = await row_counts(board, *TABLES)
+    reply = await client.request("POST", f"{API}/state", data=encode(source))
+    assert reply.status == 409 and reply.error == "BOARD_NOT_EMPTY", reply.body
+    assert reply.body["error"]["details"]["projects"] == 1
+    assert await row_counts(board, *TABLES) == before
+
+
+async def test_an_import_without_an_actor_is_refused(source: list[dict], target: tuple[RunningBoard, BoardClient]) -> None:
+    board, client = target
+    reply = await client.request("POST", f"{API}/state", data=encode(source), actor=None)
+    assert reply.status == 403 and reply.error == "ACTOR_REQUIRED"
+    await assert_nothing_written(board)

@@ -1,0 +1,471 @@
+"""The store's contract, once for each engine: SQLite and PostgreSQL must behave alike.
+
+The same commands, the same refusals with the same stable codes, the same triggers stopping a
+hand-written SQL client (``raw``: the engine's own driver, autocommit, as ``sqlite3`` or ``psql``
+would be used), the same snapshot reads, the same revision order under concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from services.board.commands import projects, tasks
+from services.board.queries.activities import replay_after
+from services.board.store import Actor, Tx, WriterStore
+from shared import events
+from shared.errors import TaskloomError, validation
+from tests.store.engines import Raw, Refused
+from tests.support.waiting import async_wait_until
+
+ANN = Actor("human", "ann")
+
+
+def run(store: WriterStore, fn: Any, *args: Any, actor: Actor = ANN, **kwargs: Any) -> Any:
+    return store.run_command(fn, actor, *args, **kwargs)[0]
+
+
+def new_task(store: WriterStore, title: str = "Write the docs", **fields: Any) -> dict[str, Any]:
+    task, created = run(store, tasks.create_task, project="demo", title=title, **fields)
+    assert created
+    return task
+
+
+def counts(conn: Raw) -> tuple[int, int, int]:
+    """(activity rows, tasks, global revision): what a refused write must leave as it was."""
+    return (
+        conn.execute("SELECT count(*) FROM task_activities").fetchone()[0],
+        conn.execute("SELECT count(*) FROM tasks").fetchone()[0],
+        conn.execute("SELECT revision FROM global_revision").fetchone()[0],
+    )
+
+
+# -- the unit of work --------------------------------------------------------------------------
+
+
+def test_a_command_commits_state_and_rows_together(board: WriterStore, raw: Raw) -> None:
+    before = counts(raw)
+    task, revisions = board.run_command(tasks.create_task, ANN, project="demo", title="One")
+    task = task[0]
+    assert len(revisions) == 1
+    row = raw.execute("SELECT * FROM task_activities WHERE task_id = ?", (task["id"],)).fetchone()
+    assert row["event"] == "task_created" and row["revision"] == revisions[0]
+    assert row["actor_kind"] == "human" and row["actor_id"] == "ann"
+    assert counts(raw) == (before[0] + 1, before[1] + 1, revisions[0])
+    # The task row was stamped by its own trigger before the activity row took the next revision.
+    assert task["revision"] < revisions[0]
+
+
+def test_activity_revisions_are_unique_increasing_and_not_contiguous(board: WriterStore, raw: Raw) -> None:
+    task = new_task(board)
+    for title in ("Two", "Three", "Four"):
+        run(board, tasks.update_task, task["id"], title=title)
+    revisions = [row[0] for row in raw.execute("SELECT revision FROM task_activities ORDER BY id")]
+    assert revisions == sorted(set(revisions))
+    assert any(b - a > 1 for a, b in zip(revisions, revisions[1:])), "other tables' bumps leave gaps"
+
+
+def test_a_refusal_after_writes_rolls_everything_back(board: WriterStore, raw: Raw) -> None:
+    before = counts(raw)
+
+    def write_then_refuse(tx: Tx) -> None:
+        tx.execute(
+            "INSERT INTO projects (id, name, prefix, created_at, updated_at) VALUES ('ghost', 'Ghost', 'GHOST', ?, ?)",
+            (tx.now, tx.now),
+        )
+        tx.record(events.PROJECT_CREATED, events.project_created(project="ghost"), task_id=None, project_id="ghost")
+        raise validation("changed my mind")
+
+    with pytest.raises(TaskloomError) as refused:
+        board.run_command(write_then_refuse, ANN)
+    assert refused.value.code == "VALIDATION_FAILED"
+    assert counts(raw) == before
+    assert raw.execute("SELECT count(*) FROM projects WHERE id = 'ghost'").fetchone()[0] == 0
+
+
+def test_an_undeclared_event_is_refused_and_rolls_back(board: WriterStore, raw: Raw) -> None:
+    task = new_task(board)
+    before = counts(raw)
+
+    def invent(tx: Tx) -> None:
+        tx.execute("UPDATE tasks SET title = 'renamed' WHERE id = ?", (task["id"],))
+        tx.record("task_renamed", {}, task_id=task["id"], project_id="demo")
+
+    with pytest.raises(ValueError, match="undeclared event 'task_renamed'"):
+        board.run_command(invent, ANN)
+    assert counts(raw) == before
+    assert raw.execute("SELECT title FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0] == "Write the docs"
+
+
+def test_a_trigger_refusal_becomes_its_error_code_and_rolls_back(board: WriterStore, raw: Raw) -> None:
+    task = new_task(board)
+    before = counts(raw)
+
+    def skip_the_graph(tx: Tx) -> None:
+        tx.record(events.TASK_MOVED, events.task_moved(from_="todo", to="done", delivery_round=1),
+                  task_id=task["id"], project_id="demo")
+        tx.execute("UPDATE tasks SET status = 'done' WHERE id = ?", (task["id"],))
+
+    with pytest.raises(TaskloomError) as refused:
+        board.run_command(skip_the_graph, ANN)
+    assert refused.value.code == "INVALID_TRANSITION"
+    assert counts(raw) == before
+
+
+def test_a_no_op_command_appends_nothing(board: WriterStore, raw: Raw) -> None:
+    task = new_task(board)
+    before = counts(raw)
+    result, revisions = board.run_command(tasks.update_task, ANN, task["id"], title="Write the docs")
+    assert revisions == [] and result["version"] == 1
+    assert counts(raw) == before
+
+
+def test_commands_from_many_coroutines_serialise_on_the_writer(board: WriterStore) -> None:
+    async def burst() -> list[dict[str, Any]]:
+        results = await asyncio.gather(
+            *(board.command(tasks.create_task, ANN, project="demo", title=f"task {n}") for n in range(40))
+        )
+        return [task for task, _ in results]
+
+    created = asyncio.run(burst())
+    numbers = sorted(task["number"] for task in created)
+    assert numbers == list(range(1, 41))
+    frames = board.run_query(replay_after, 0, 1000)
+    assert [row["event"] for row in frames].count("task_created") == 40
+
+
+def test_a_lone_refused_command_on_the_writer_thread_writes_nothing(board: WriterStore, raw: Raw) -> None:
+    task = new_task(board)
+    before = counts(raw)
+
+    def write_then_refuse(tx: Tx) -> None:
+        tasks.update_task(tx, task["id"], title="never")
+        raise validation("changed my mind")
+
+    async def scenario() -> str:
+        with pytest.raises(TaskloomError, match="changed my mind"):
+            await board.command(write_then_refuse, ANN)
+        # The writer goes on with the next command as if nothing happened.
+        return (await board.command(tasks.update_task, ANN, task["id"], title="after"))["title"]
+
+    assert asyncio.run(scenario()) == "after"
+    assert counts(raw)[0] == before[0] + 1
+    assert raw.execute("SELECT version FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0] == 2
+
+
+def test_close_lets_queued_commands_commit_then_refuses_new_ones(board: WriterStore, raw: Raw) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def hold(tx: Tx) -> None:
+        started.set()
+        release.wait(10)
+
+    async def three_queued() -> bool:
+        return board.queued == 3
+
+    async def scenario() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        held = asyncio.ensure_future(board.command(hold, ANN))
+        await loop.run_in_executor(None, started.wait, 10)
+        queued = [asyncio.ensure_future(board.command(tasks.create_task, ANN, project="demo", title=f"late {n}"))
+                  for n in range(3)]
+        await async_wait_until(three_queued, what="three commands queued behind the held writer")
+        closing = loop.run_in_executor(None, board.close)  # blocks until the writer has drained
+        release.set()
+        await held
+        created = [task for task, _ in await asyncio.gather(*queued)]
+        await closing
+        with pytest.raises(RuntimeError, match="closed"):
+            await board.command(tasks.create_task, ANN, project="demo", title="too late")
+        return created
+
+    created = asyncio.run(scenario())
+    assert [task["title"] for task in created] == ["late 0", "late 1", "late 2"]
+    assert raw.execute("SELECT count(*) FROM tasks").fetchone()[0] == 3
+
+
+def test_commit_listeners_hear_the_last_revision_of_each_writing_command(board: WriterStore) -> None:
+    heard: list[int] = []
+    board.add_commit_listener(heard.append)
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        task, _ = await board.command(tasks.create_task, ANN, project="demo", title="Listen")
+        worker = Actor("claude", "worker-1")
+        claimed = await board.command(tasks.claim_task, worker, task["id"])
+        await board.command(tasks.update_task, ANN, task["id"], title="Listen")  # no-op: nothing to hear
+        return task, claimed
+
+    asyncio.run(scenario())
+    rows = board.run_query(replay_after, 0, 1000)
+    assert heard == [row["revision"] for row in rows][-2:]
+
+
+def test_a_query_reads_one_snapshot(board: WriterStore, raw: Raw) -> None:
+    new_task(board)
+
+    def read_twice(conn: Any) -> tuple[int, int]:
+        first = conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
+        raw.execute(
+            "INSERT INTO task_activities (actor_kind, actor_id, event, revision, created_at)"
+            " VALUES ('human', 'ann', 'progress', (SELECT revision + 1 FROM global_revision), 'now')"
+        )
+        raw.execute("UPDATE projects SET name = 'Renamed' WHERE id = 'demo'")
+        second = conn.execute("SELECT count(*) FROM task_activities").fetchone()[0]
+        return first, second
+
+    before_rows = counts(raw)[0]
+    first, second = board.run_query(read_twice)
+    assert first == 1 and second == before_rows, "a query must not see a commit that landed while it ran"
+    assert counts(raw)[0] == before_rows + 1
+
+
+# -- the activity log --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE task_activities SET event = 'task_moved'",
+        "UPDATE task_activities SET changes_json = '{}' WHERE id = 1",
+        "DELETE FROM task_activities",
+        "DELETE FROM task_activities WHERE id = 1",
+    ],
+)
+def test_raw_sql_cannot_rewrite_the_log(board: WriterStore, raw: Raw, statement: str) -> None:
+    new_task(board)
+    before = raw.execute("SELECT * FROM task_activities ORDER BY id").fetchall()
+    with pytest.raises(Refused, match="ACTIVITY_APPEND_ONLY"):
+        raw.execute(statement)
+    assert [tuple(row) for row in raw.execute("SELECT * FROM task_activities ORDER BY id")] == [tuple(r) for r in before]
+
+
+def test_a_row_must_carry_the_revision_its_insert_produces(board: WriterStore, raw: Raw) -> None:
+    before = counts(raw)
+    with pytest.raises(Refused, match="ACTIVITY_REVISION_MISMATCH"):
+        raw.execute(
+            "INSERT INTO task_activities (actor_kind, actor_id, event, revision, created_at)"
+            " VALUES ('human', 'ann', 'progress', 1, 'now')"
+        )
+    assert counts(raw) == before
+
+
+def test_a_row_without_revision_is_readable_but_never_replayed(board: WriterStore, raw: Raw) -> None:
+    task = new_task(board)
+    raw.execute(
+        "INSERT INTO task_activities (task_id, project_id, actor_kind, actor_id, event, changes_json, created_at)"
+        " VALUES (?, 'demo', 'human', 'importer', 'progress', '{\"line\": \"x\", \"seq\": 1}', 'now')",
+        (task["id"],),
+    )
+    replayed = board.run_query(replay_after, 0, 1000)
+    assert [row["event"] for row in replayed] == ["project_created", "task_created"]
+    per_task = raw.execute("SELECT event FROM task_activities WHERE task_id = ? ORDER BY id", (task["id"],)).fetchall()
+    assert [row[0] for row in per_task] == ["task_created", "progress"]
+
+
+# -- append-only and immutable tables ------------------------------------------------------------
+
+
+def add_comment(raw: Raw, task_id: str, comment_id: str = "c1") -> None:
+    raw.execute(
+        "INSERT INTO comments (id, task_id, kind, body, actor_kind, actor_id, round, created_at)"
+        " VALUES (?, ?, 'note', 'hello', 'human', 'ann', 1, 'now')",
+        (comment_id, task_id),
+    )
+
+
+@pytest.mark.parametrize(
+    ("setup", "statement", "code"),
+    [
+        ("comment", "UPDATE comments SET body = 'edited'", "COMMENT_APPEND_ONLY"),
+        ("comment", "DELETE FROM comments", "COMMENT_APPEND_ONLY"),
+        ("report", "UPDATE reports SET body = 'edited'", "REPORT_APPEND_ONLY"),
+        ("report", "DELETE FROM reports", "REPORT_APPEND_ONLY"),
+        ("relation", "UPDATE relations SET type = 'blocks'", "RELATION_IMMUTABLE"),
+        ("acceptance", "UPDATE acceptance_items SET text = 'edited'", "ACCEPTANCE_IMMUTABLE"),
+        ("acceptance", "DELETE FROM acceptance_items", "ACCEPTANCE_PRUNE_UNAUDITED"),
+    ],
+)
+def test_records_of_what_was_said_do_not_change(
+    board: WriterStore, raw: Raw, setup: str, statement: str, code: str
+) -> None:
+    one, two = new_task(board), new_task(board, "Other")
+    if setup == "comment":
+        add_comment(raw, one["id"])
+    elif setup == "report":
+        raw.execute(
+            "INSERT INTO reports (id, task_id, round, body, actor_kind, actor_id, created_at)"
+            " VALUES ('r1', ?, 1, 'done it', 'claude', 'w', 'now')",
+            (one["id"],),
+        )
+    elif setup == "relation":
+        raw.execute(
+            "INSERT INTO relations (id, type, source_id, target_id, created_at) VALUES ('rel1', 'related', ?, ?, 'now')",
+            (one["id"], two["id"]),
+        )
+    else:
+        raw.execute(
+            "INSERT INTO acceptance_items (id, task_id, position, text, created_at) VALUES ('i1', ?, 1, 'works', 'now')",
+            (one["id"],),
+        )
+    table = statement.split()[1] if statement.startswith("UPDATE") else statement.split()[2]
+    before = raw.execute(f"SELECT * FROM {table}").fetchall()
+    with pytest.raises(Refused, match=code):
+        raw.execute(statement)
+    assert [tuple(r) for r in raw.execute(f"SELECT * FROM {table}")] == [tuple(r) for r in before]
+
+
+def test_acceptance_delete_needs_an_earlier_prune_row_naming_that_item(board: WriterStore, raw: Raw) -> None:
+    task = new_task(board)
+    for item_id, position in (("i1", 1), ("i2", 2)):
+        raw.execute(
+            "INSERT INTO acceptance_items (id, task_id, position, text, created_at) VALUES (?, ?, ?, 'works', 'now')",
+            (item_id, task["id"], position),
+        )
+
+    def prune(tx: Tx, named: str, deleted: str) -> None:
+        tx.record(events.ACCEPTANCE_PRUNED,
+                  events.acceptance_pruned(reason="duplicated by item 2", removed=[{"id": named, "text": "works"}]),
+                  task_id=task["id"], project_id="demo")
+        tx.execute("DELETE FROM acceptance_items WHERE id = ?", (deleted,))
+
+    before = counts(raw)
+    with pytest.raises(TaskloomError):
+        board.run_command(prune, ANN, "i2", "i1")  # the audit row names another item
+    assert counts(raw) == before
+    assert raw.execute("SELECT count(*) FROM acceptance_items").fetchone()[0] == 2
+
+    board.run_command(prune, ANN, "i1", "i1")
+    assert [row[0] for row in raw.execute("SELECT id FROM acceptance_items")] == ["i2"]
+    assert counts(raw)[0] == before[0] + 1
+
+
+# -- the status graph ----------------------------------------------------------------------------
+
+
+def test_raw_status_writes_follow_the_graph(board: WriterStore, raw: Raw) -> None:
+    task = new_task(board)
+    with pytest.raises(Refused, match="INVALID_TRANSITION"):
+        raw.execute("UPDATE tasks SET status = 'done' WHERE id = ?", (task["id"],))
+    raw.execute("UPDATE tasks SET status = 'canceled' WHERE id = ?", (task["id"],))
+    with pytest.raises(Refused, match="TERMINAL_STATE"):
+        raw.execute("UPDATE tasks SET status = 'todo' WHERE id = ?", (task["id"],))
+    with pytest.raises(Refused, match="TERMINAL_STATE|INVALID_TRANSITION"):
+        raw.execute("UPDATE tasks SET status = 'in_progress', delivery_round = 2 WHERE id = ?", (task["id"],))
+    raw.execute("UPDATE tasks SET status = 'todo', delivery_round = delivery_round + 1 WHERE id = ?", (task["id"],))
+    assert raw.execute("SELECT status, delivery_round FROM tasks WHERE id = ?", (task["id"],)).fetchone()[:] == ("todo", 2)
+
+
+# -- parent relations ----------------------------------------------------------------------------
+
+
+def parent(raw: Raw, source: dict[str, Any], target: dict[str, Any], rel_id: str) -> None:
+    raw.execute(
+        "INSERT INTO relations (id, type, source_id, target_id, created_at) VALUES (?, 'parent', ?, ?, 'now')",
+        (rel_id, source["id"], target["id"]),
+    )
+
+
+def relation_count(raw: Raw) -> int:
+    return raw.execute("SELECT count(*) FROM relations").fetchone()[0]
+
+
+def test_a_parent_must_be_an_epic_in_the_same_project(board: WriterStore, raw: Raw) -> None:
+    plain, child = new_task(board, "plain"), new_task(board, "child")
+    run(board, projects.create_project, id="other")
+    foreign_epic, _ = run(board, tasks.create_task, project="other", title="foreign", kind="epic")
+    before = relation_count(raw)
+    with pytest.raises(Refused, match="RELATION_INVALID: parent must be an epic"):
+        parent(raw, plain, child, "r1")
+    with pytest.raises(Refused, match="RELATION_INVALID: parent and child must be in the same project"):
+        parent(raw, foreign_epic, child, "r2")
+    assert relation_count(raw) == before
+
+
+def test_parent_chains_refuse_cycles(board: WriterStore, raw: Raw) -> None:
+    a, b, c = (new_task(board, name, kind="epic") for name in "abc")
+    parent(raw, a, b, "ab")
+    parent(raw, b, c, "bc")
+    with pytest.raises(Refused, match="RELATION_CYCLE"):
+        parent(raw, c, a, "ca")
+    assert relation_count(raw) == 2
+
+
+def test_parent_chains_are_at_most_eight_deep(board: WriterStore, raw: Raw) -> None:
+    chain = [new_task(board, f"level {n}", kind="epic") for n in range(9)]
+    for n in range(7):
+        parent(raw, chain[n], chain[n + 1], f"p{n}")  # eight tasks deep
+    with pytest.raises(Refused, match="RELATION_DEPTH"):
+        parent(raw, chain[7], chain[8], "p7")
+    assert relation_count(raw) == 7
+
+
+def test_a_task_has_at_most_eight_parents(board: WriterStore, raw: Raw) -> None:
+    child = new_task(board, "child")
+    epics = [new_task(board, f"epic {n}", kind="epic") for n in range(9)]
+    for n in range(8):
+        parent(raw, epics[n], child, f"p{n}")
+    with pytest.raises(Refused, match="RELATION_FAN_IN"):
+        parent(raw, epics[8], child, "p8")
+    assert relation_count(raw) == 8
+
+
+def test_trigger_codes_reach_callers_as_stable_errors(board: WriterStore, raw: Raw) -> None:
+    a, b = new_task(board, "a", kind="epic"), new_task(board, "b", kind="epic")
+    parent(raw, a, b, "ab")
+    before = counts(raw)
+
+    def loop(tx: Tx) -> None:
+        tx.execute(
+            "INSERT INTO relations (id, type, source_id, target_id, created_at) VALUES ('ba', 'parent', ?, ?, ?)",
+            (b["id"], a["id"], tx.now),
+        )
+        tx.record(events.RELATION_ADDED,
+                  events.relation_added(relation_id="ba", type_="parent", source=b["identifier"], target=a["identifier"]),
+                  task_id=a["id"], project_id="demo")
+
+    with pytest.raises(TaskloomError) as refused:
+        board.run_command(loop, ANN)
+    assert refused.value.code == "RELATION_CYCLE" and refused.value.status == 409
+    assert counts(raw) == before
+
+
+# -- revision order under concurrency ------------------------------------------------------------
+
+
+def test_concurrent_writers_on_their_own_connections_get_unique_revisions_in_commit_order(
+    board: WriterStore, raw: Raw
+) -> None:
+    """Eight threads, each on its own connection (``run_command``), write at once: every revision
+    is used once, the log is gap-free in order of id, and a reader polling meanwhile never sees a
+    revision appear below one it has already seen."""
+    seen: list[int] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        position = 0
+        while not done.is_set() or position < board.run_query(lambda conn: conn.execute(
+                "SELECT max(revision) FROM task_activities").fetchone()[0]):
+            rows = board.run_query(replay_after, position, 1000)
+            for row in rows:
+                seen.append(row["revision"])
+                position = row["revision"]
+
+    def write(worker: int) -> None:
+        for n in range(10):
+            board.run_command(tasks.create_task, Actor("claude", f"w{worker}"), project="demo", title=f"{worker}-{n}")
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    writers = [threading.Thread(target=write, args=(worker,)) for worker in range(8)]
+    for thread in writers:
+        thread.start()
+    for thread in writers:
+        thread.join()
+    done.set()
+    reader.join(timeout=60)
+    final = [row[0] for row in raw.execute("SELECT revision FROM task_activities WHERE revision IS NOT NULL ORDER BY id")]
+    assert final == sorted(set(final)) and len(final) == 81
+    assert seen == final[: len(seen)] and seen[-1] == final[-1], "a reader skipped or repeated a revision"
