@@ -79,6 +79,32 @@ def test_claim_refused_by_the_board_shows_its_words_on_the_card(browser: Any, bo
     assert not board.problems, board.problems
 
 
+def test_a_card_with_an_open_blocker_shows_dependency_open_on_claim_and_drop(browser: Any, board: Board) -> None:
+    blocker = board.task("Land the schema first")
+    waiting = board.task("Build on the schema")
+    board.api.post(f"/tasks/{blocker['id']}/relations", {"type": "blocks", "target": waiting["id"]})
+    page = open_page(browser, board, actor="carol")
+    before = len(activities(board, waiting))
+    target = card(page, waiting["identifier"], "todo")
+    target.locator(".claim").click()
+    refusal = target.locator(".card-refusal")
+    refusal.wait_for()
+    assert refusal.inner_text().startswith("DEPENDENCY_OPEN: "), refusal.inner_text()
+    assert blocker["identifier"] in refusal.inner_text()
+    assert_refusal_reads_well(refusal.inner_text())
+    # The same refusal for the drop that means a claim; nothing is written either way.
+    with page.expect_response(lambda reply: reply.url.endswith(f"/tasks/{waiting['id']}/claim")) as answer:
+        page.drag_and_drop(f".card[data-identifier={waiting['identifier']}]", ".column[data-status=in_progress]")
+    assert answer.value.status == 409, "the drop sent a claim"
+    page.wait_for_function(
+        "id => document.querySelector(`.card[data-identifier=${id}] .card-refusal`)?.textContent.startsWith('DEPENDENCY_OPEN')",
+        arg=waiting["identifier"],
+    )
+    assert len(activities(board, waiting)) == before and board.api.get(f"/tasks/{waiting['id']}")["status"] == "todo"
+    page.context.close()
+    assert not board.problems, board.problems
+
+
 def test_dragging_to_in_progress_claims_and_to_review_asks_for_a_report_or_waiver(browser: Any, board: Board) -> None:
     task = board.task("Ship the release notes")
     page = open_page(browser, board, actor="carol")
