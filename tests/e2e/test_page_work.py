@@ -205,3 +205,27 @@ def test_dragging_a_reviewed_card_to_done_asks_for_the_approval(browser: Any, bo
     assert [(c["kind"], c["body"], c["actor_id"]) for c in comments] == [("confirm", "Checked it, thanks.", "carol")]
     page.context.close()
     assert not board.problems, board.problems
+
+
+def test_dragging_a_canceled_card_back_reopens_it_with_the_reason_asked(browser: Any, board: Board) -> None:
+    task = board.task("Dropped too early")
+    board.api.post(f"/tasks/{task['id']}/move", {"to": "canceled"})
+    page = open_page(browser, board)
+    page.drag_and_drop(f".card[data-identifier={task['identifier']}]", ".column[data-status=todo]")
+    dialog = page.locator("#drop-dialog[open]")
+    dialog.wait_for()
+    assert "Reopen" in dialog.inner_text() and "Canceled → To do" in dialog.inner_text()
+    before = len(activities(board, task))
+    dialog.locator("input[name=reason]").fill("short")
+    dialog.locator("button[type=submit]").click()
+    error = dialog.locator(".form-error")
+    error.wait_for()
+    assert error.inner_text().startswith("VALIDATION_FAILED: "), error.inner_text()
+    assert_refusal_reads_well(error.inner_text())
+    assert len(activities(board, task)) == before, "nothing was written"
+    dialog.locator("input[name=reason]").fill("needed after all, the client asked")
+    dialog.locator("button[type=submit]").click()
+    card(page, task["identifier"], "todo").wait_for()
+    assert activities(board, task)[-1]["event"] == "task_reopened"
+    page.context.close()
+    assert not board.problems, board.problems
