@@ -41,7 +41,7 @@ from shared.timestamps import format_timestamp, parse_timestamp
 COMMAND = ".venv/bin/python -m bench conditions"
 ACTOR = Actor("claude", "bench")
 MUTATIONS = int(os.environ.get("TASKLOOM_BENCH_MUTATIONS", "2000"))
-ROUNDS = 3
+ROUNDS = int(os.environ.get("TASKLOOM_BENCH_ROUNDS", "5"))
 ARMED = int(os.environ.get("TASKLOOM_BENCH_ARMED", "10000"))
 WINDOW_SECONDS = 8.0
 #: Time the engine gets to rebuild (10,000 cards) before the first deadline: what is measured is
