@@ -43,7 +43,9 @@ MUTATIONS = int(os.environ.get("TASKLOOM_BENCH_MUTATIONS", "2000"))
 ROUNDS = 3
 ARMED = int(os.environ.get("TASKLOOM_BENCH_ARMED", "10000"))
 WINDOW_SECONDS = 8.0
-LEAD_SECONDS = 3.0
+#: Time the engine gets to rebuild (10,000 cards) before the first deadline: what is measured is
+#: firing with that many armed, not a start after downtime.
+LEAD_SECONDS = float(os.environ.get("TASKLOOM_BENCH_LEAD", "20"))
 UNBLOCK_TRIALS = int(os.environ.get("TASKLOOM_BENCH_TRIALS", "200"))
 READY_TASKS = int(os.environ.get("TASKLOOM_BENCH_READY_TASKS", "50000"))
 READY_QUERIES = 200
@@ -143,7 +145,9 @@ async def timer_precision(folder: Path) -> dict[str, float]:
     engine = ConditionsEngine(store, claim_fresh_seconds=600)
     engine.add_signal_listener(heard)
     try:
+        rebuild = time.perf_counter()
         await engine.start()
+        rebuild = time.perf_counter() - rebuild
         armed = engine.armed
         after = rss_kb()
         await asyncio.wait_for(done.wait(), LEAD_SECONDS + WINDOW_SECONDS + 30)
@@ -152,7 +156,7 @@ async def timer_precision(folder: Path) -> dict[str, float]:
         store.close()
     return {
         "armed": armed, "p50": pct(lateness, 50) * 1e3, "p99": pct(lateness, 99) * 1e3, "max": max(lateness) * 1e3,
-        "min": min(lateness) * 1e3, "rss": (after - before) / 1024,
+        "min": min(lateness) * 1e3, "rss": (after - before) / 1024, "rebuild": rebuild,
     }
 
 
@@ -265,7 +269,8 @@ def main() -> None:
                  f"{statistics.median(values):.0f} µs ({(statistics.median(values) / base - 1) * 100:+.1f} % vs no engine)")
                 for mode, values in cpu.items()]
         rows += [
-            (f"timer: {timer['armed']:.0f} armed, fire − deadline p50 / p99 / max",
+            (f"timer: start (rebuild, {ARMED:,} cards, {timer['armed']:.0f} armed)", f"{timer['rebuild']:.2f} s"),
+            (f"timer: {ARMED:,} status_timeout over {WINDOW_SECONDS:.0f} s, fire − deadline p50 / p99 / max",
              f"{timer['p50']:.1f} / {timer['p99']:.1f} / {timer['max']:.1f} ms (min {timer['min']:.1f})"),
             ("timer: RSS for them (armed − before)", f"{timer['rss']:.1f} MB"),
             (f"write → card_unblocked on SSE p50 / p99 ({UNBLOCK_TRIALS} trials)",
