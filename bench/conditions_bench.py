@@ -34,13 +34,14 @@ from services.board.commands import projects, relations, tasks
 from services.board.conditions.signals import Signal
 from services.board.conditions.timer import ConditionsEngine
 from services.board.queries.tasks import list_tasks
-from services.board.store import Actor, SqliteStore, Tx, utc_now
+from services.board.sqlite_store import SqliteStore
+from services.board.store import Actor, Tx, utc_now
 from shared.timestamps import format_timestamp, parse_timestamp
 
 COMMAND = ".venv/bin/python -m bench conditions"
 ACTOR = Actor("claude", "bench")
 MUTATIONS = int(os.environ.get("TASKLOOM_BENCH_MUTATIONS", "2000"))
-ROUNDS = 3
+ROUNDS = int(os.environ.get("TASKLOOM_BENCH_ROUNDS", "5"))
 ARMED = int(os.environ.get("TASKLOOM_BENCH_ARMED", "10000"))
 WINDOW_SECONDS = 8.0
 #: Time the engine gets to rebuild (10,000 cards) before the first deadline: what is measured is

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
 
 import click
 
@@ -144,6 +145,15 @@ class BoardSettings:
     @property
     def database_path(self) -> Path:
         return self.data_dir / "board.sqlite"
+
+    @property
+    def database_label(self) -> str:
+        """Where the board's state is, for status answers and logs: the file, or the URL without its credentials."""
+        if not self.database:
+            return str(self.database_path)
+        url = urlsplit(self.database)
+        host = url.hostname or "localhost"
+        return f"{url.scheme}://{host}{f':{url.port}' if url.port else ''}{url.path}"
 
     @property
     def token_path(self) -> Path:

@@ -171,20 +171,21 @@ class Tx:
                 details={"event": event, "size": frame_size, "limit": MAX_ACTIVITY_BYTES},
                 hint="send less text at once",
             )
-        cursor = self.conn.execute(
+        insert = (
             "INSERT INTO task_activities (task_id, project_id, actor_kind, actor_id, event, changes_json, revision,"
-            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (task_id, project_id, who.kind, who.id, event, changes_json.decode(), revision, self.now),
+            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         )
-        self.appended.append(revision)
-        self.scopes.append((project_id, task_id, event))
-        # The row's id is known only where the driver reports it (sqlite3's lastrowid); without
-        # it no frame is added, the batch's count check fails and the log reader reads the batch.
-        row_id = getattr(cursor, "lastrowid", None)
-        if self.encode is not None and row_id:
+        values = (task_id, project_id, who.kind, who.id, event, changes_json.decode(), revision, self.now)
+        if self.encode is None:
+            self.conn.execute(insert, values)
+        else:
+            # The frame needs the row's id, which the schema assigns: both engines return it.
+            row_id = self.conn.execute(insert + " RETURNING id", values).fetchone()[0]
             self.encoded.append(self.encode(
                 row_id, revision, task_id, project_id, who.kind, who.id, event, changes_json, self.now
             ))
+        self.appended.append(revision)
+        self.scopes.append((project_id, task_id, event))
         return revision
 
 
@@ -201,9 +202,8 @@ class BatchHandoff(Protocol):
 
     ``encode`` runs on the writer thread inside ``Tx.record`` (the row's fields and its changes
     JSON, as written). ``deliver`` runs on the event loop after COMMIT, before the commit
-    listeners, with ``after`` the head the batch began on (read under the write lock, so nobody
-    else committed in between), ``end`` the head it committed, and every streamable row in
-    between encoded, in revision order; it returns whether it published them.
+    listeners, with ``after`` the head the batch began on, ``end`` the head it committed, and every
+    streamable row in between encoded, in revision order; it returns whether it published them.
     """
 
     def wanted(self) -> bool:
@@ -223,17 +223,10 @@ class BatchHandoff(Protocol):
 Handed = tuple[int, int, tuple[Any, ...]]
 
 
-def _head(conn: Connection) -> int:
-    revision: int = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
-    return revision
-
-
 class _Job:
     """One queued command and, once its batch has ended, its outcome."""
 
-    __slots__ = (
-        "actor", "appended", "args", "effects", "encoded", "error", "fn", "future", "kwargs", "loop", "result",
-    )
+    __slots__ = ("actor", "appended", "args", "effects", "encoded", "error", "fn", "future", "kwargs", "loop", "result")
 
     def __init__(
         self,
@@ -265,6 +258,11 @@ class _Job:
 _STOP: Final = object()
 
 
+def _head(conn: Connection) -> int:
+    revision: int = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
+    return revision
+
+
 class LogFollower(Protocol):
     """The log reader's own connection, on its own thread (see ``logreader``)."""
 
@@ -285,7 +283,13 @@ class SharedSecrets(Protocol):
 
     def write_secret(self, key: str, value: str, *, only_if_absent: bool = False, notify_token: bool = False) -> str: ...
 
-    def add_token_listener(self, listener: Callable[[], None]) -> None: ...
+    def take_secret(self, key: str) -> str | None:
+        """Remove ``key`` and return what it held, atomically: a second taker gets None."""
+
+    def secrets_with_prefix(self, prefix: str) -> dict[str, str]: ...
+
+    def add_token_listener(self, listener: Callable[[], None]) -> None:
+        """Called on the event loop when any process changes the token or revokes a session."""
 
 
 class WriterStore:
@@ -295,6 +299,10 @@ class WriterStore:
     below); everything about ordering, batching and telling callers is decided here, once.
     """
 
+    #: ``sqlite`` or ``postgresql``.
+    engine: str = "sqlite"
+    #: Whether attachment bytes are rows of the database (shared by every board process) or files.
+    blobs_in_database: bool = False
     #: The engine's driver errors: a BEGIN or COMMIT failing with one of these loses its batch.
     driver_error: type[BaseException] = Exception
 
@@ -332,8 +340,9 @@ class WriterStore:
         """Start a writing transaction that holds the engine's write lock from its first statement."""
         raise NotImplementedError
 
-    def _before_commit(self, conn: Any, revision: int) -> None:
-        """Last statement of a batch that appended rows up to ``revision`` (PostgreSQL: NOTIFY)."""
+    def _commit(self, conn: Any, revision: int) -> None:
+        """COMMIT a batch whose last appended revision is ``revision`` (0: none); PostgreSQL adds its NOTIFY."""
+        conn.execute("COMMIT")
 
     def _in_transaction(self, conn: Any) -> bool:
         raise NotImplementedError
@@ -481,7 +490,8 @@ class WriterStore:
             return 0
         handoff = self._handoff
         encode = handoff.encode if handoff is not None and handoff.wanted() else None
-        # The head this batch begins on, under the write lock: nobody commits between it and ours.
+        # The head this batch begins on. Another process may still commit before the batch's first
+        # row (PostgreSQL takes the revision row's lock there): _encoded_batch counts the rows.
         began = 0
         if encode is not None:
             try:
@@ -520,12 +530,10 @@ class WriterStore:
             job.appended = tx.appended
             job.effects = tx.effects
             job.encoded = tx.encoded
+        handed = self._encoded_batch(conn, began, batch) if encode is not None else None
         last = max((job.appended[-1] for job in batch if job.appended), default=0)
-        handed = self._encoded_batch(conn, began, batch) if encode is not None and last else None
         try:
-            if last:
-                self._before_commit(conn, last)
-            conn.execute("COMMIT")
+            self._commit(conn, last)
         except self.driver_error as exc:
             # The whole batch is unwritten; which command made COMMIT fail cannot be told, so
             # every caller hears 503 and may retry.
@@ -536,12 +544,12 @@ class WriterStore:
         self._handed = handed
         return last
 
-    def _encoded_batch(self, conn: Connection, began: int, batch: list[_Job]) -> Handed | None:
+    def _encoded_batch(self, conn: Any, began: int, batch: list[_Job]) -> Handed | None:
         """The batch's frames with the range they cover, if they are every row of that range.
 
         Counted in the database rather than trusted: a row appended by anything but ``Tx.record``
-        (a trigger, a future command), or by another process between ``began`` and the batch's
-        first row where the engine's write lock is taken only then, would otherwise be skipped.
+        (a trigger, a future command) or by another process committing before this batch's first
+        row would otherwise be skipped by every stream.
         """
         frames = tuple(frame for job in batch for frame in job.encoded)
         try:

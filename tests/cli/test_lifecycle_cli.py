@@ -102,6 +102,9 @@ def test_board_compact_settings_and_status(taskctl: Taskctl) -> None:
     assert after["floor"] == head - 3 and after["log_rows"] == rows - done["removed"]
     assert after["oldest_revision"] > after["floor"]
     assert "floor" in taskctl.ok("board", "status").stdout
+    expired = taskctl("events", "tail", "--after", "0")
+    record = json.loads(expired.stdout.splitlines()[0])
+    assert expired.code == 1 and record["type"] == "error" and record["code"] == "CURSOR_EXPIRED", str(expired)
 
     for bad in ("0", "-1"):
         taskctl.refused("VALIDATION_FAILED", "board", "settings", "--event-retention-days", bad)

@@ -79,6 +79,32 @@ def test_claim_refused_by_the_board_shows_its_words_on_the_card(browser: Any, bo
     assert not board.problems, board.problems
 
 
+def test_a_card_with_an_open_blocker_shows_dependency_open_on_claim_and_drop(browser: Any, board: Board) -> None:
+    blocker = board.task("Land the schema first")
+    waiting = board.task("Build on the schema")
+    board.api.post(f"/tasks/{blocker['id']}/relations", {"type": "blocks", "target": waiting["id"]})
+    page = open_page(browser, board, actor="carol")
+    before = len(activities(board, waiting))
+    target = card(page, waiting["identifier"], "todo")
+    target.locator(".claim").click()
+    refusal = target.locator(".card-refusal")
+    refusal.wait_for()
+    assert refusal.inner_text().startswith("DEPENDENCY_OPEN: "), refusal.inner_text()
+    assert blocker["identifier"] in refusal.inner_text()
+    assert_refusal_reads_well(refusal.inner_text())
+    # The same refusal for the drop that means a claim; nothing is written either way.
+    with page.expect_response(lambda reply: reply.url.endswith(f"/tasks/{waiting['id']}/claim")) as answer:
+        page.drag_and_drop(f".card[data-identifier={waiting['identifier']}]", ".column[data-status=in_progress]")
+    assert answer.value.status == 409, "the drop sent a claim"
+    page.wait_for_function(
+        "id => document.querySelector(`.card[data-identifier=${id}] .card-refusal`)?.textContent.startsWith('DEPENDENCY_OPEN')",
+        arg=waiting["identifier"],
+    )
+    assert len(activities(board, waiting)) == before and board.api.get(f"/tasks/{waiting['id']}")["status"] == "todo"
+    page.context.close()
+    assert not board.problems, board.problems
+
+
 def test_dragging_to_in_progress_claims_and_to_review_asks_for_a_report_or_waiver(browser: Any, board: Board) -> None:
     task = board.task("Ship the release notes")
     page = open_page(browser, board, actor="carol")
@@ -177,5 +203,29 @@ def test_dragging_a_reviewed_card_to_done_asks_for_the_approval(browser: Any, bo
     card(page, task["identifier"], "done").wait_for()
     comments = board.api.get(f"/tasks/{task['id']}/comments")["items"]
     assert [(c["kind"], c["body"], c["actor_id"]) for c in comments] == [("confirm", "Checked it, thanks.", "carol")]
+    page.context.close()
+    assert not board.problems, board.problems
+
+
+def test_dragging_a_canceled_card_back_reopens_it_with_the_reason_asked(browser: Any, board: Board) -> None:
+    task = board.task("Dropped too early")
+    board.api.post(f"/tasks/{task['id']}/move", {"to": "canceled"})
+    page = open_page(browser, board)
+    page.drag_and_drop(f".card[data-identifier={task['identifier']}]", ".column[data-status=todo]")
+    dialog = page.locator("#drop-dialog[open]")
+    dialog.wait_for()
+    assert "Reopen" in dialog.inner_text() and "Canceled → To do" in dialog.inner_text()
+    before = len(activities(board, task))
+    dialog.locator("input[name=reason]").fill("short")
+    dialog.locator("button[type=submit]").click()
+    error = dialog.locator(".form-error")
+    error.wait_for()
+    assert error.inner_text().startswith("VALIDATION_FAILED: "), error.inner_text()
+    assert_refusal_reads_well(error.inner_text())
+    assert len(activities(board, task)) == before, "nothing was written"
+    dialog.locator("input[name=reason]").fill("needed after all, the client asked")
+    dialog.locator("button[type=submit]").click()
+    card(page, task["identifier"], "todo").wait_for()
+    assert activities(board, task)[-1]["event"] == "task_reopened"
     page.context.close()
     assert not board.problems, board.problems

@@ -273,3 +273,20 @@ async def test_bad_condition_settings_are_refused_and_write_nothing(
     reply = await client.post(f"{API}/projects", {"id": "fresh", "settings": value})
     assert reply.status == 400 and reply.body["error"]["details"]["field"] == field
     assert (await client.get(f"{API}/projects/fresh")).status == 404
+
+
+async def test_a_task_filtered_stream_gets_only_that_cards_signals(
+    client: BoardClient, board: RunningBoard, session: aiohttp.ClientSession
+) -> None:
+    blocker = await make_task(client, title="blocker")
+    mine, other = await make_task(client, title="mine"), await make_task(client, title="other")
+    stream = await open_stream(session, board, f"?task={mine['identifier']}")
+    for target in (other, mine):
+        reply = await client.post(f"{API}/tasks/{blocker['id']}/relations", {"type": "blocks", "target": target["id"]})
+        assert reply.status == 201, reply.body
+    # The row of the second relation hangs off ``mine``; a signal may come before or after the
+    # row of its own commit, so both are awaited, in either order.
+    await stream.wait_for(lambda f: f.data is not None and not f.is_signal and f.data["event"] == "relation_added")
+    if not stream.signals("card_blocked"):
+        await stream.signal("card_blocked")
+    assert [(s["type"], s["task_id"]) for s in stream.signals()] == [("card_blocked", mine["id"])]

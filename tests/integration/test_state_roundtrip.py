@@ -3,15 +3,19 @@ the same card state (projects, epics, relations, comments, reports, attachments,
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from tests.support.board import API, BoardClient, RunningBoard, row_counts, start_board
 from tests.support.state_builder import build_random_board
+from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -116,3 +120,38 @@ async def test_an_empty_board_exports_header_and_end(client: BoardClient, fresh:
     _, target_client = fresh
     reply = await target_client.request("POST", f"{API}/state", data=data)
     assert reply.status == 201 and sum(reply.body["imported"].values()) == 0
+
+
+async def test_a_client_that_leaves_mid_export_frees_the_reader(client: BoardClient, board: RunningBoard) -> None:
+    """The export holds a reader thread while it streams; a client gone mid-way gives it back."""
+    from services.board.commands import projects, tasks
+    from services.board.store import Actor
+
+    def many(tx: Any) -> None:
+        projects.create_project(tx, id="big", name="Big")
+        for n in range(3000):
+            tasks.create_task(tx, project="big", title=f"Card {n}", description="x" * 500)
+
+    await board.store.command(many, Actor("human", "ann"))
+    response = await client.session.get(f"{board.url}{API}/state", headers={"Authorization": f"Bearer {board.token}"})
+    assert response.status == 200
+    first = await response.content.read(1024)
+    assert first.startswith(b'{"board_id"')
+    response.close()  # gone, with most of the export unread
+
+    async def readers_free() -> bool:
+        # Two queries that each wait for the other: they finish only when both reader threads
+        # are free, i.e. the export's thread was handed back.
+        meeting = threading.Barrier(2, timeout=0.5)
+
+        def meet(conn: Any) -> bool:
+            try:
+                meeting.wait()
+            except threading.BrokenBarrierError:
+                return False
+            return True
+
+        return all(await asyncio.gather(board.store.query(meet), board.store.query(meet)))
+
+    await async_wait_until(readers_free, what="the reader threads", timeout=20)
+    assert (await client.get(f"{API}/meta")).status == 200

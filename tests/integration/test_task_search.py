@@ -27,7 +27,7 @@ async def found(client: BoardClient, q: str, **params: str) -> list[str]:
 async def portable(board: RunningBoard, q: str) -> list[str]:
     """The same question through the portable LIKE path, on the same file."""
     words = task_queries.search_words(q)
-    clause, params = task_queries.portable_text_match(words)
+    clause, params, _ = task_queries.portable_text_match(words)
     rows = await board.store.query(
         lambda conn: conn.execute(
             f"SELECT identifier FROM tasks WHERE {clause} AND archived_at IS NULL ORDER BY rowid", params

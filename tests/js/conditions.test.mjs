@@ -4,9 +4,10 @@
 import assert from "node:assert/strict";
 import test from "node:test";
 
+import * as conditions from "../../services/board/static/js/conditions.js";
 import { ConditionState, columnHeader, signalOfRow, wipLimits } from "../../services/board/static/js/conditions.js";
 import { LiveStream } from "../../services/board/static/js/live.js";
-import { FakeClock, activity, fakeEventSourceClass, fakeFetch, jsonReply, settle } from "./support/fakes.mjs";
+import { FakeClock, activity, declaredEvents, fakeEventSourceClass, fakeFetch, jsonReply, settle } from "./support/fakes.mjs";
 
 const PROJECT = { id: "demo", settings: { wip_limits: { in_progress: 2, in_review: 0 } } };
 
@@ -23,6 +24,13 @@ function shown() {
   state.setProject(PROJECT);
   return state;
 }
+
+test("every condition name the page acts on is a declared event (shared/events.py)", () => {
+  const { events } = declaredEvents();
+  const names = Object.entries(conditions).filter(([key, value]) => /^[A-Z_]+$/.test(key) && typeof value === "string");
+  assert.equal(names.length, 5);
+  for (const [key, value] of names) assert.ok(events.includes(value), `${key} = ${value} is not declared`);
+});
 
 test("limits come from settings.wip_limits; unusable entries are left out", () => {
   assert.deepEqual([...wipLimits(PROJECT)], [["in_progress", 2], ["in_review", 0]]);

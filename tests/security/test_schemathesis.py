@@ -24,9 +24,11 @@ What the run configures, and why (nothing else is turned off):
 - A cursor below the retention floor is answered 410 ``CURSOR_EXPIRED`` (SPEC §6.2): the run
   itself may compact the log (``POST /api/v1/admin/compact``), and the floor is state too. For the
   same reason a compaction ``through`` a revision above the head may be 400.
-- ``POST /api/v1/admin/backup`` writes a file where it is told: its ``path`` is one file in the
-  run's scratch directory (the first backup writes it, every later one is 409 ``CONFLICT``), so
-  the run never writes files elsewhere on the machine.
+- ``POST /api/v1/admin/backup`` is left out: it writes a file wherever its ``path`` says, and
+  a generated absolute path would write on the machine running the tests (its coverage phase
+  does not take a fixed value). Its refusals (relative, a directory, a missing directory, an
+  existing file) are tested in tests/integration/test_backup_restore.py and its length cap in
+  tests/integration/test_openapi.py.
 - A project and tasks in each state are made first, and task references and project ids are
   drawn from them part of the time: generated names alone stop at 404 before any command runs.
 - The board runs with ``--stream-lifetime`` so that each ``GET /api/v1/events`` ends (with its
@@ -52,7 +54,7 @@ HOOKS = Path(__file__).with_name("support_schemathesis.py")
 #: Test cases per operation and phase, and the wall-clock budget of the whole run (seconds):
 #: enough for every operation and the stateful phase on two busy cores, bounded for ``make test``.
 MAX_EXAMPLES = 8
-MAX_TIME = 90
+MAX_TIME = 240
 STATEFUL_STEPS = 12
 #: Seconds each SSE stream lives, so a streaming answer ends and can be checked.
 STREAM_LIFETIME = 0.2
@@ -77,9 +79,11 @@ EVENTS = "^/api/v1/events$"
 ACCEPTED = ["2XX", "3XX", 401, 403, 404, 409, 410, 422, 429, "5XX"]
 COMPACT = "^/api/v1/admin/compact$"
 BACKUP = "^/api/v1/admin/backup$"
+#: Operations the run leaves out, each with its reason in the module docstring.
+LEFT_OUT = (("POST", BACKUP),)
 
 
-def config_toml(tasks: list[str], backup_path: Path) -> str:
+def config_toml(tasks: list[str]) -> str:
     """The run's schemathesis.toml (see the module docstring for each entry)."""
     lines = [
         f"seed = {SEED}",
@@ -119,7 +123,7 @@ def config_toml(tasks: list[str], backup_path: Path) -> str:
         f"checks.positive_data_acceptance.expected-statuses = {json.dumps([*ACCEPTED, 400])}",
         "[[operations]]",
         f"include-path-regex = {json.dumps(BACKUP)}",
-        f"parameters = {{ \"body.path\" = {json.dumps(str(backup_path))} }}",
+        "enabled = false",
     ]
     return "\n".join(lines) + "\n"
 
@@ -174,7 +178,7 @@ def test_schemathesis_finds_nothing(taskd: TaskdProcess, tmp_path: Path) -> None
     document = tmp_path / "openapi.json"
     document.write_bytes(fetch_document(taskd.url, taskd.token))
     config = tmp_path / "schemathesis.toml"
-    config.write_text(config_toml(seed(taskd.url, taskd.token), tmp_path / "fuzz-backup.sqlite"))
+    config.write_text(config_toml(seed(taskd.url, taskd.token)))
     command = [
         str(VENV_BIN / "st"), "--config-file", str(config), "run", str(document),
         "--url", taskd.url,
@@ -196,7 +200,8 @@ def test_schemathesis_finds_nothing(taskd: TaskdProcess, tmp_path: Path) -> None
     assert run.returncode == 0, report
     # It really ran: every operation of the document was tested, with stateful sequences.
     operations = sum(len(item) for item in json.loads(document.read_text())["paths"].values())
-    assert f"Tested: {operations}" in run.stdout, report
+    assert f"Selected: {operations - len(LEFT_OUT)}/{operations}" in run.stdout, report
+    assert f"Tested: {operations - len(LEFT_OUT)}" in run.stdout, report
     assert "Stateful" in run.stdout and "❌" not in run.stdout, report
     assert taskd.process is not None and taskd.process.poll() is None, "the board survived the run"
     sys.stdout.write(run.stdout[-3000:])

@@ -30,7 +30,7 @@ from shared import events as ev
 from tests.support.board import BoardClient, TaskdProcess
 from tests.support.waiting import async_wait_until
 
-from .test_loop_e2e import SubscriberProcess
+from .test_loop_e2e import SubscriberProcess, activity_rows
 
 #: Every condition name, read once from the shared vocabulary (shared/conditions.py).
 ALL_CONDITIONS = shared_conditions.CONDITIONS
@@ -123,13 +123,16 @@ API = "/api/v1"
 STALE_AFTER = 1
 
 
-@pytest.fixture
-async def live_board(taskd: TaskdProcess) -> AsyncIterator[tuple[TaskdProcess, BoardClient]]:
+@pytest.fixture(params=[[]])
+async def live_board(taskd: TaskdProcess, request: pytest.FixtureRequest) -> AsyncIterator[tuple[TaskdProcess, BoardClient]]:
+    """A board whose project ``demo`` watches claims and two statuses; ``request.param`` lists the
+    conditions it persists as activity rows instead of signals."""
     taskd.start()
     async with aiohttp.ClientSession() as session:
         client = BoardClient(taskd.url, taskd.token, session)
         created = await client.post(f"{API}/projects", {"id": "demo", "name": "Demo", "settings": {
             "monitors": {"claim_stale_after": STALE_AFTER, "max_time_in_status": {"blocked": 1, "backlog": 1}},
+            "persist_conditions": request.param,
         }})
         assert created.status == 201, created.body
         yield taskd, client
@@ -146,10 +149,12 @@ async def loop_process(live_board: tuple[TaskdProcess, BoardClient], tmp_path: P
         await process.cleanup()
 
 
+@pytest.mark.parametrize("live_board", [[], [ev.CLAIM_STALE]], ids=["signal", "persisted"], indirect=True)
 async def test_a_worker_that_stops_heart_beating_wakes_the_loop_once(
     live_board: tuple[TaskdProcess, BoardClient], loop_process: SubscriberProcess
 ) -> None:
-    _, client = live_board
+    taskd, client = live_board
+    persisted = bool((await client.get(f"{API}/projects/demo")).body["settings"]["persist_conditions"])
     await loop_process.start()
     await loop_process.ready()
     made = await client.post(f"{API}/tasks", {"project": "demo", "title": "Dig the well"})
@@ -163,6 +168,12 @@ async def test_a_worker_that_stops_heart_beating_wakes_the_loop_once(
     assert (await worker.post(f"{API}/tasks/{task['id']}/heartbeat")).status == 200
     [_, stale] = await loop_process.wait_wakes(2, timeout=10 + STALE_AFTER)
     assert stale["events"] == "claim_stale", stale
+    head = (await client.get(f"{API}/meta")).body["revision"]
+    # A signal has no revision: the turn covers the cursor the loop had. A persisted one is the
+    # newest row, so the turn covers exactly it.
+    assert stale["revision"] == head
+    rows = activity_rows(taskd.data_dir)
+    assert any(kind == "system" and event == "claim_stale" for kind, _, event in rows) is persisted
 
     # Once: the next turn is the marker's own, with no second claim_stale before or in it.
     assert (await client.post(f"{API}/tasks", {"project": "demo", "title": "Marker"})).status == 201

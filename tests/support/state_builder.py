@@ -48,12 +48,6 @@ async def build_random_board(client: BoardClient, seed: int, *, projects: int = 
                 await _ok(await client.post(f"{API}/tasks/{parent['id']}/relations",
                                             {"type": "parent", "target": child["id"]}), 201)
                 made["relations"] += 1
-        for _ in range(rng.randint(0, len(created))):
-            source, target = rng.sample(created, 2)
-            reply = await client.post(f"{API}/tasks/{source['id']}/relations",
-                                      {"type": rng.choice(["blocks", "related"]), "target": target["id"]})
-            assert reply.status in (201, 409), reply.body  # a cycle or a repeat is refused; fine
-            made["relations"] += reply.status == 201
         for task in created:
             for _ in range(rng.randint(0, 3)):
                 await _ok(await client.post(f"{API}/tasks/{task['id']}/comments",
@@ -67,6 +61,7 @@ async def build_random_board(client: BoardClient, seed: int, *, projects: int = 
                 await _ok(await client.request("POST", f"{API}/tasks/{task['id']}/attachments?filename=f{rng.randint(0, 9)}.bin",
                                                data=data, headers={"Content-Type": "application/octet-stream"}), 201)
                 made["attachments"] += 1
+        archived: set[str] = set()
         for task in others:
             if task["status"] != "todo":
                 continue
@@ -83,11 +78,21 @@ async def build_random_board(client: BoardClient, seed: int, *, projects: int = 
                     if rng.random() < 0.5:
                         await _ok(await client.post(f"{API}/tasks/{task['id']}/archive"))
                         made["archived"] += 1
+                        archived.add(task["id"])
             elif fate < 0.4:
                 await _ok(await client.post(f"{API}/tasks/{task['id']}/move",
                                             {"to": "canceled", "reason": "no longer needed here"}))
                 await _ok(await client.post(f"{API}/tasks/{task['id']}/archive"))
                 made["archived"] += 1
+                archived.add(task["id"])
+        # Blocks and related links last: a blocked card could not be claimed above (DEPENDENCY_OPEN).
+        linkable = [task for task in created if task["id"] not in archived]
+        for _ in range(rng.randint(0, len(linkable))):
+            source, target = rng.sample(linkable, 2)
+            reply = await client.post(f"{API}/tasks/{source['id']}/relations",
+                                      {"type": rng.choice(["blocks", "related"]), "target": target["id"]})
+            assert reply.status in (201, 409), reply.body  # a cycle or a repeat is refused; fine
+            made["relations"] += reply.status == 201
     await _every_kind_at_least_once(client, worker, project, made)
     return made
 

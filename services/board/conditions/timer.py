@@ -23,8 +23,9 @@ from .signals import Deadlines, Signal
 
 log = structlog.get_logger("taskd.conditions")
 
-#: A deadline this close is fired now: the commit that fires it takes about as long.
-SLACK_SECONDS: Final = 0.002
+#: How early a deadline may be fired: never. A wake-up that comes a hair early (the loop's clock
+#: resolution) finds nothing due and waits again; the fired condition's ``at`` is never before it.
+SLACK_SECONDS: Final = 0.0
 #: Most conditions one timer transaction fires; more due at once (a start after downtime) take several.
 FIRE_BATCH: Final = 500
 
@@ -43,9 +44,13 @@ class ConditionsEngine:
         self._seq = itertools.count()
         #: task id → {type: (deadline, episode)}: what is armed now.
         self._armed: dict[str, dict[str, tuple[float, str]]] = {}
+        self._armed_count = 0
         self._handle: asyncio.TimerHandle | None = None
         self._handle_at: float | None = None
         self._firing: set[asyncio.Task[None]] = set()
+        #: One fire transaction at a time: what comes due while it runs goes into the next one, so
+        #: a burst of deadlines costs a few transactions rather than one per deadline.
+        self._in_flight = False
         self._running = False
         #: (deadline, fired at) of the last fires, POSIX seconds (bench and tests read it).
         self.fired: list[tuple[float, float]] = []
@@ -60,7 +65,8 @@ class ConditionsEngine:
 
     @property
     def armed(self) -> int:
-        return sum(len(entries) for entries in self._armed.values())
+        """Temporal conditions armed now."""
+        return self._armed_count
 
     def _hook(self, tx: Tx) -> None:
         instant.evaluate(tx, claim_fresh_seconds=self.claim_fresh_seconds, cache=self._configs)
@@ -108,14 +114,25 @@ class ConditionsEngine:
 
     def _arm(self, deadlines: Deadlines) -> None:
         entries = {type_: (deadline, episode) for type_, episode, deadline in deadlines.entries}
+        self._armed_count -= len(self._armed.get(deadlines.task_id, ()))
         if entries:
             self._armed[deadlines.task_id] = entries
+            self._armed_count += len(entries)
         else:
             self._armed.pop(deadlines.task_id, None)
         for type_, (deadline, episode) in entries.items():
             heapq.heappush(self._heap, (deadline, next(self._seq), deadlines.task_id, type_, episode))
         if len(self._heap) > 2 * self.armed + 1024:
             self._compact()
+
+    def _arm_more(self, deadlines: Deadlines) -> None:
+        """Add entries for a card without replacing what else it has armed."""
+        entries = self._armed.setdefault(deadlines.task_id, {})
+        for type_, episode, deadline in deadlines.entries:
+            if type_ not in entries:
+                self._armed_count += 1
+            entries[type_] = (deadline, episode)
+            heapq.heappush(self._heap, (deadline, next(self._seq), deadlines.task_id, type_, episode))
 
     def _compact(self) -> None:
         self._heap = [
@@ -150,6 +167,8 @@ class ConditionsEngine:
 
     def _due(self) -> None:
         self._handle, self._handle_at = None, None
+        if self._in_flight:
+            return  # the running fire calls _due again when it is done
         now = self.clock()
         due: list[tuple[str, str, str]] = []
         deadlines: list[float] = []
@@ -163,30 +182,39 @@ class ConditionsEngine:
             heapq.heappop(self._heap)
             deadline, _, task_id, type_, episode = entry
             entries = self._armed.get(task_id, {})
-            entries.pop(type_, None)
+            if entries.pop(type_, None) is not None:
+                self._armed_count -= 1
             if not entries:
                 self._armed.pop(task_id, None)
             due.append((task_id, type_, episode))
             deadlines.append(deadline)
         if due:
+            self._in_flight = True
             task = asyncio.get_running_loop().create_task(self._fire(due, deadlines))
             self._firing.add(task)
             task.add_done_callback(self._firing.discard)
+            return
         self._schedule()
 
     async def _fire(self, due: list[tuple[str, str, str]], deadlines: list[float]) -> None:
+        again: list[Deadlines] = []
         try:
             again = await self.store.command(
                 instant.fire, SYSTEM_ACTOR, due, claim_fresh_seconds=self.claim_fresh_seconds, slack=SLACK_SECONDS
             )
+            fired_at = self.clock()
+            self.fired.extend((deadline, fired_at) for deadline in deadlines)
+            del self.fired[:-20000]
         except asyncio.CancelledError:
             raise
         except Exception:
+            # Nothing fired: arm them again, so a passing failure (a busy file) delays, never loses.
             log.exception("condition_fire_failed", count=len(due))
-            return
-        fired_at = self.clock()
-        self.fired.extend((deadline, fired_at) for deadline in deadlines)
-        del self.fired[:-20000]
+            again = [Deadlines(task_id, ((type_, episode, deadline),))
+                     for (task_id, type_, episode), deadline in zip(due, deadlines, strict=True)]
+        finally:
+            self._in_flight = False
         for deadlines_again in again:
-            self._arm(deadlines_again)
-        self._schedule()
+            self._arm_more(deadlines_again)
+        if self._running:
+            self._due()

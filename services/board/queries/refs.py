@@ -6,9 +6,14 @@ abbreviated hashes. A prefix naming several rows is refused with ``409 AMBIGUOUS
 them, never resolved by a guess. Every lookup of a task, attachment, relation or session by id goes
 through :func:`resolve_prefix`, so the rule is the same on every route.
 
-Portable SQL only (SQLite and PostgreSQL): ``LIKE … ESCAPE`` with the prefix lower-cased in
-Python. Ids are lower-case (uuids, ``ses_`` + hex), so SQLite's case-insensitive ``LIKE`` and
-PostgreSQL's case-sensitive one match the same rows.
+Portable SQL only (SQLite and PostgreSQL), and indexed: the prefix is lower-cased and checked
+against the id's own alphabet in Python (uuids: hex and ``-``; sessions: ``ses_`` + hex), so no
+other text reaches the database; then ``id >= prefix AND id < prefix || 'g'`` narrows to a range
+of the primary key, and ``LIKE … ESCAPE`` keeps exactly the ids that start with it. Every
+character that can follow the prefix in an id sorts below ``g`` bytewise and in any common
+collation (digits and a–f before g; ``-`` and ``_`` below it, or ignored), so the range loses no
+match; the ``LIKE`` drops whatever else the range holds. A ref that cannot be a prefix (an
+identifier, a typo) costs no query at all.
 """
 
 from __future__ import annotations
@@ -22,10 +27,18 @@ from shared.errors import TaskloomError
 MIN_PREFIX_CHARS: Final = 4
 #: How many candidates an AMBIGUOUS_REF lists (and so how many rows the lookup reads at most).
 MAX_CANDIDATES: Final = 10
-#: What a prefix may hold: the characters of our ids. Anything else is no prefix of any id.
-_PREFIX_CHARS: Final = re.compile(r"[0-9a-z_-]+")
-#: The table behind each kind of id (a closed list: the name is spliced into SQL).
-TABLES: Final = {"task": "tasks", "attachment": "attachments", "relation": "relations", "session": "agent_sessions"}
+#: What a prefix of each kind of id may hold (uuid4 text; ``session_id``'s ``ses_`` + hex).
+_UUID_PREFIX: Final = re.compile(r"[0-9a-f][0-9a-f-]*")
+_SESSION_PREFIX: Final = re.compile(r"ses_[0-9a-f]*")
+#: The table behind each kind of id (a closed list: the name is spliced into SQL) and its alphabet.
+TABLES: Final = {
+    "task": ("tasks", _UUID_PREFIX),
+    "attachment": ("attachments", _UUID_PREFIX),
+    "relation": ("relations", _UUID_PREFIX),
+    "session": ("agent_sessions", _SESSION_PREFIX),
+}
+#: Above every character an id can hold after a prefix (see the module doc): the range's end.
+RANGE_END: Final = "g"
 ESCAPE: Final = "!"
 
 
@@ -42,13 +55,14 @@ def resolve_prefix(conn: Any, what: str, ref: str, *, scope: str = "", scope_par
     Raises ``409 AMBIGUOUS_REF`` naming the candidates when several rows start with ``ref``.
     """
     prefix = ref.strip().lower()
-    if len(prefix) < MIN_PREFIX_CHARS or not _PREFIX_CHARS.fullmatch(prefix):
+    table, alphabet = TABLES[what]
+    if len(prefix) < MIN_PREFIX_CHARS or not alphabet.fullmatch(prefix):
         return None
-    table = TABLES[what]
     condition = f" AND ({scope})" if scope else ""
     rows = conn.execute(
-        f"SELECT id FROM {table} WHERE id LIKE ? ESCAPE '{ESCAPE}'{condition} ORDER BY id LIMIT ?",
-        (_like_pattern(prefix), *scope_params, MAX_CANDIDATES + 1),
+        f"SELECT id FROM {table} WHERE id >= ? AND id < ? AND id LIKE ? ESCAPE '{ESCAPE}'{condition}"
+        " ORDER BY id LIMIT ?",
+        (prefix, prefix + RANGE_END, _like_pattern(prefix), *scope_params, MAX_CANDIDATES + 1),
     ).fetchall()
     if not rows:
         return None

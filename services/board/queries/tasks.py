@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -111,10 +111,12 @@ def list_tasks(
     if kind is not None:
         clauses.append("kind = ?")
         params.append(kind)
+    source = "tasks"
     if q is not None:
-        clause, words = text_match(conn, search_words(q))
-        clauses.append(clause)
-        params.extend(words)
+        found = text_match(conn, search_words(q))
+        clauses.append(found.clause)
+        params.extend(found.params)
+        source = found.source
     if not include_archived:
         clauses.append("archived_at IS NULL")
     if blocked is not None:
@@ -129,7 +131,7 @@ def list_tasks(
         params.append(decode_cursor(cursor))
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(
-        f"SELECT rowid AS _rowid, * FROM tasks {where} ORDER BY rowid LIMIT ?", (*params, limit + 1)
+        f"SELECT rowid AS _rowid, * FROM {source} {where} ORDER BY rowid LIMIT ?", (*params, limit + 1)
     ).fetchall()
     return _with_blockers(conn, page(rows, limit=limit, item=task_to_dict, key=lambda row: row["_rowid"]))
 
@@ -200,14 +202,22 @@ def search_words(q: str) -> list[str]:
     return words
 
 
-def text_match(conn: Connection, words: list[str]) -> tuple[str, list[str]]:
-    """The WHERE clause (and its parameters) that keeps tasks containing every word."""
+class TextMatch(NamedTuple):
+    """A WHERE clause keeping the tasks that contain every word, and the table expression to read."""
+
+    clause: str
+    params: list[str]
+    source: str = "tasks"
+
+
+def text_match(conn: Connection, words: list[str]) -> TextMatch:
+    """The clause that keeps tasks containing every word, for the engine ``conn`` talks to."""
     if dialect_of(conn).name == "sqlite":
         return sqlite_text_match(words)
     return portable_text_match(words)
 
 
-def portable_text_match(words: list[str]) -> tuple[str, list[str]]:
+def portable_text_match(words: list[str]) -> TextMatch:
     """Standard SQL: each word a LIKE over the three fields (a scan; any engine runs it)."""
     clauses: list[str] = []
     params: list[str] = []
@@ -218,11 +228,17 @@ def portable_text_match(words: list[str]) -> tuple[str, list[str]]:
             " OR lower(description) LIKE ? ESCAPE '\\')"
         )
         params.extend((pattern, pattern, pattern))
-    return " AND ".join(clauses), params
+    return TextMatch(" AND ".join(clauses), params)
 
 
-def sqlite_text_match(words: list[str]) -> tuple[str, list[str]]:
-    """SQLite: the FTS5 trigram index for words of three characters or more, LIKE for the rest."""
+def sqlite_text_match(words: list[str]) -> TextMatch:
+    """SQLite: the FTS5 trigram index for words of three characters or more, LIKE for the rest.
+
+    With the index, the tasks are read by the rowids it answers (``NOT INDEXED`` keeps the planner
+    from walking the whole project through ``tasks_by_project_status`` and testing each row against
+    the list). SQLite's LIKE is case-insensitive for ASCII already, so the short words need no
+    ``lower()`` of every description.
+    """
     indexed = [word for word in words if len(word) >= TRIGRAM]
     short = [word for word in words if len(word) < TRIGRAM]
     clauses: list[str] = []
@@ -232,8 +248,10 @@ def sqlite_text_match(words: list[str]) -> tuple[str, list[str]]:
         phrase = " AND ".join('"' + word.replace('"', '""') + '"' for word in indexed)
         clauses.append("rowid IN (SELECT rowid FROM tasks_search WHERE tasks_search MATCH ?)")
         params.append(phrase)
-    if short:
-        clause, more = portable_text_match(short)
-        clauses.append(clause)
-        params.extend(more)
-    return " AND ".join(clauses), params
+    for word in short:
+        pattern = f"%{word.translate(_LIKE_SPECIALS)}%"
+        clauses.append(
+            "(title LIKE ? ESCAPE '\\' OR identifier LIKE ? ESCAPE '\\' OR description LIKE ? ESCAPE '\\')"
+        )
+        params.extend((pattern, pattern, pattern))
+    return TextMatch(" AND ".join(clauses), params, "tasks NOT INDEXED" if indexed else "tasks")

@@ -76,7 +76,7 @@ async def board_status(call: Call) -> Any:
         "version": VERSION,
         "pid": os.getpid(),
         "data_dir": str(settings.data_dir),
-        "database": str(settings.database_path),
+        "database": settings.database_label,
         "token_file": str(settings.token_path),
         "uptime_seconds": round(time.monotonic() - _STARTED, 1),
         "durability": settings.durability,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import structlog
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from ..api import PREFIX, Call, Created, Route, read_body
 from ..commands import attachments, state_import
@@ -80,6 +80,13 @@ def _producer(chunks: queue.Queue[Any], gone: threading.Event, exported_at: str,
 
 
 async def export_state(call: Call) -> web.StreamResponse:
+    if call.request.method == hdrs.METH_HEAD:
+        # RFC 9110 §9.3.2: a GET's status and headers, no body; reading a snapshot to throw it
+        # away would cost the board a whole export.
+        head = web.StreamResponse(headers={"Cache-Control": "no-store"})
+        head.content_type = NDJSON
+        head.charset = "utf-8"
+        return head
     loop = asyncio.get_running_loop()
     chunks: queue.Queue[Any] = queue.Queue(maxsize=QUEUED_CHUNKS)
     gone = threading.Event()
@@ -96,7 +103,10 @@ async def export_state(call: Call) -> web.StreamResponse:
         await response.prepare(call.request)
         item = first
         while item is not _DONE:
-            await response.write(item)
+            try:
+                await response.write(item)
+            except ConnectionError:
+                return response  # the client left; the reader thread stops at its next chunk
             item = await loop.run_in_executor(None, chunks.get)
             if isinstance(item, BaseException):
                 log.error("state_export_failed", error=str(item))

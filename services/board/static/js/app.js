@@ -187,6 +187,7 @@ function afterTask(taskId, before, task) {
   if (task && task.kind === "epic" && !epics.has(taskId) && task.project_id === state.projectId) loadEpic(taskId);
   const textChanged = !before || !task || before.title !== task.title || before.description !== task.description;
   if (filter.q && textChanged) scheduleTextFilter();
+  else if (isActive(filter)) summarizeFilter();
 }
 
 let filter = { ...EMPTY_FILTER };
@@ -196,6 +197,11 @@ let textTimer = 0;
 
 function applyFilter() {
   view.setFilter(state, isActive(filter) ? (task) => matches(task, filter, textMatches) : null);
+  summarizeFilter();
+}
+
+/** "n of m cards" under the bar (the board view hides and shows the cards themselves). */
+function summarizeFilter() {
   const shown = state.projectId === null ? [] : [...state.tasks.values()].filter((task) => task.project_id === state.projectId && !task.archived_at);
   const kept = shown.filter((task) => matches(task, filter, textMatches)).length;
   $("#filter-summary").textContent = isActive(filter) ? summary(kept, shown.length) : "";

@@ -84,7 +84,7 @@ export const FEED = {
   attachment_added: { admit: true, family: "attachment" },
   attachment_updated: { admit: false, why: "a content replace, not a new file" },
   attachment_removed: { admit: true, family: "attachment" },
-  import_completed: { admit: false, why: "historical importer row" },
+  import_completed: { admit: false, why: "a state import filled the board; the lists reload, each card is not news" },
   wip_exceeded: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
   wip_cleared: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
   lane_drained: { admit: false, why: "a condition the board noticed; column headers and card markers show it" },
