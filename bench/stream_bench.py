@@ -347,6 +347,8 @@ class Board:
     process: subprocess.Popen[bytes] | None = None
     url: str = ""
     token: str = ""
+    #: Variables for this board's environment (a knob such as TASKLOOM_BOARD_DURABILITY).
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def data_dir(self) -> Path:
@@ -354,7 +356,7 @@ class Board:
 
     def start(self) -> None:
         runtime = self.root / "run"
-        env = dict(os.environ, TASKLOOM_RUNTIME_DIR=str(runtime))
+        env = dict(os.environ, TASKLOOM_RUNTIME_DIR=str(runtime), **self.extra_env)
         with open(self.root / "taskd.log", "ab") as log:
             self.process = subprocess.Popen(
                 [str(VENV_BIN / "taskd"), "serve", "--port", "0", "--data-dir", str(self.data_dir),

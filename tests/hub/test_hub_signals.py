@@ -87,7 +87,14 @@ async def test_a_signal_reaches_every_follower_once_encoded_without_a_revision(
         encoded.append(message)
         return real_encode(message)
 
+    real_event_line = hub_server.event_line
+
+    def counting_event_line(revision: int, activity: dict[str, Any], data: str | None = None) -> bytes:
+        encoded.append({"type": "event"})  # the event line splices the frame's JSON (encode_line unused)
+        return real_event_line(revision, activity, data)
+
     monkeypatch.setattr(hub_server, "encode_line", counting_encode)
+    monkeypatch.setattr(hub_server, "event_line", counting_event_line)
     await block(client, blocker, card)
     streams = [await raw_records(f, is_signal("card_blocked"), is_event("relation_added")) for f in followers]
 
