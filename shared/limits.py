@@ -79,6 +79,9 @@ MAX_LABEL_GC_BATCH: Final = 256
 #: A text search (``GET /tasks?q=``): its length and its words, each word a clause of the query.
 SEARCH_MAX_CHARS: Final = 200
 SEARCH_MAX_WORDS: Final = 8
+#: Retention and compaction ages, in days: a century is more than any board keeps, and a date that
+#: far back is still one Python can compute (a larger count overflowed ``timedelta`` into a 500).
+RETENTION_DAYS_MAX: Final = 36_500
 #: Text an activity row carries verbatim (task_updated before/after, acceptance item text);
 #: longer text names the field (or the item's id) only.
 CHANGES_TEXT_MAX_CHARS: Final = 200

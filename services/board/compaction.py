@@ -30,6 +30,7 @@ import orjson
 import structlog
 from aiohttp import web
 
+from shared import limits
 from shared.errors import TaskloomError, validation
 from shared.timestamps import format_timestamp
 
@@ -78,8 +79,10 @@ def set_retention(tx: Tx, days: int | None) -> dict[str, Any]:
 
 
 def check_days(days: Any, field: str) -> int:
-    if isinstance(days, bool) or not isinstance(days, int) or days < 1:
-        raise validation(f"{field} must be a whole number of days, at least 1", field=field, value=days)
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= limits.RETENTION_DAYS_MAX:
+        raise validation(
+            f"{field} must be a whole number of days, from 1 to {limits.RETENTION_DAYS_MAX}", field=field, value=days
+        )
     return days
 
 

@@ -103,6 +103,8 @@ async def test_a_dry_run_and_an_empty_range_change_nothing(board: RunningBoard, 
     {"through": 10_000},
     {"older_than_days": 0},
     {"older_than_days": -3},
+    # A day count too large for a date: once a timedelta overflow answered 500.
+    {"older_than_days": 9_223_372_036_854_775_806},
     {"through": -1},
     {},
     {"through": 1, "older_than_days": 1},
@@ -119,7 +121,7 @@ async def test_bad_compactions_are_refused_and_change_nothing(board: RunningBoar
     assert (await meta(client))["floor"] == 0 and not (board.data_dir / "archive").exists()
 
 
-@pytest.mark.parametrize("days", [0, -1, 1.5, "7", True])
+@pytest.mark.parametrize("days", [0, -1, 1.5, "7", True, 36_501])
 async def test_bad_retention_settings_are_refused(client: BoardClient, days: Any) -> None:
     reply = await client.patch(f"{API}/admin/settings", {"event_retention_days": days})
     assert reply.status == 400 and reply.error == "VALIDATION_FAILED", reply.body

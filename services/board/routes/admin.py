@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from shared import limits
 from shared.errors import TaskloomError
 
 from .. import auth, backup, compaction
@@ -148,11 +149,12 @@ ROUTES = [
           "Archive the oldest activity rows, raise the floor and delete the rows at or below it",
           body={
               "through": F("int", minimum=0, description="remove rows up to this revision (at most the head)"),
-              "older_than_days": F("int", minimum=1, description="remove rows older than this many days"),
+              "older_than_days": F("int", minimum=1, maximum=limits.RETENTION_DAYS_MAX,
+                                   description="remove rows older than this many days"),
               "dry_run": F("bool", description="say what would be removed, remove nothing"),
           }),
     Route("GET", f"{PREFIX}/admin/settings", get_settings, "Board-wide settings kept in the database"),
     Route("PATCH", f"{PREFIX}/admin/settings", update_settings, "Change board-wide settings",
-          body={"event_retention_days": F("int", nullable=True, minimum=1,
+          body={"event_retention_days": F("int", nullable=True, minimum=1, maximum=limits.RETENTION_DAYS_MAX,
                                           description="compact rows older than this many days, daily; null: keep all")}),
 ]
