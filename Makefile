@@ -7,6 +7,10 @@ BIN    := $(VENV)/bin
 STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 LINTED := shared services taskctl tests bench
+# The HTTP and stream suites, once more with every in-process board on PostgreSQL
+# (tests/support/board.py); tests that open the SQLite file itself are left out there.
+ON_POSTGRESQL := tests/integration/test_events_stream.py tests/integration/test_api_tasks.py \
+	tests/integration/test_attachments.py tests/integration/test_relations.py
 
 .PHONY: run deps lint test bench clean
 
@@ -35,6 +39,7 @@ test: deps $(STAMP_TEST)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+	TASKLOOM_TEST_ENGINE=postgresql $(BIN)/python -m pytest -q $(ON_POSTGRESQL)
 	node --test tests/js/
 
 lint: $(STAMP_TEST)

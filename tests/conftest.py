@@ -8,9 +8,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.support.board import BoardClient, RunningBoard, TaskdProcess, start_board
+from tests.support.board import BoardClient, RunningBoard, TaskdProcess, deselect_sqlite_only, start_board
 from tests.support.no_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
 from tests.support.postgres import pg_cluster, postgres_url  # noqa: F401 (fixtures: throwaway PostgreSQL)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    deselect_sqlite_only(config, items)
 
 
 @pytest.fixture

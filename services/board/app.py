@@ -172,7 +172,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     """Trade a one-time code for the session cookie, then land on the board page."""
     code = request.query.get("code", "")
     credentials = request.app[CREDENTIALS]
-    if not credentials.redeem_login_code(code):
+    if not await credentials.redeem_anywhere(code):
         raise TaskloomError("UNAUTHORIZED", "this login link is used or expired", hint="taskctl open prints a new one")
     response = web.HTTPFound("/")
     cookie = credentials.new_session()
@@ -211,13 +211,22 @@ async def share_credentials(app: web.Application) -> None:
     credentials = app[CREDENTIALS]
     settings = app[SETTINGS]
     loop = asyncio.get_running_loop()
+    credentials.shared = store
+
+    async def reload_revocations() -> None:
+        stored = await loop.run_in_executor(None, store.secrets_with_prefix, auth.REVOKED_PREFIX)
+        credentials.merge_revocations({key.removeprefix(auth.REVOKED_PREFIX): int(until) for key, until in stored.items()})
+
     token = await loop.run_in_executor(None, functools.partial(
         store.write_secret, auth.TOKEN_SECRET, credentials.token, only_if_absent=True))
     if token != credentials.token:
         await loop.run_in_executor(None, auth.write_token, settings.token_path, token)
         credentials.replace_token(token)
 
+    await reload_revocations()
+
     async def reload_token() -> None:
+        await reload_revocations()
         stored = await loop.run_in_executor(None, store.read_secret, auth.TOKEN_SECRET)
         if stored is None or stored == credentials.token:
             return

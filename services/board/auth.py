@@ -30,9 +30,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from .files import write_atomic
+
+if TYPE_CHECKING:
+    from .store import SharedSecrets
 
 TOKEN_PREFIX = "tl_"
 #: Every board's cookie name starts so; the board id follows (``session_cookie_name``).
@@ -46,8 +49,11 @@ SESSION_ABSOLUTE_SECONDS: Final = 7 * 24 * 60 * 60
 #: A cookie in use is re-issued with a new ``seen`` at most this often (one Set-Cookie a minute).
 RENEW_AFTER: Final = 60.0
 LOGIN_CODE_TTL = 600.0
-#: The token's key among the secrets a shared database keeps (``store.SharedSecrets``).
+#: The token's key among the secrets a shared database keeps (``store.SharedSecrets``), and the
+#: prefixes of a login code's and a revoked session's keys.
 TOKEN_SECRET: Final = "token"
+LOGIN_PREFIX: Final = "login:"
+REVOKED_PREFIX: Final = "revoked:"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -118,6 +124,9 @@ class Credentials:
         self._revoked_path = revoked_path
         self._revoked: dict[str, int] = load_revocations(revoked_path) if revoked_path else {}
         self._saving = asyncio.Lock()
+        #: On a database several board processes serve (``store.SharedSecrets``), login codes and
+        #: revocations are rows there too, so any process redeems a code or refuses a cookie.
+        self.shared: SharedSecrets | None = None
 
     def bind_board(self, board_id: str) -> None:
         self.cookie_name = session_cookie_name(board_id)
@@ -182,6 +191,11 @@ class Credentials:
         now = self.clock()
         self._revoked = {nonce: until for nonce, until in self._revoked.items() if until > now}
         self._revoked[session.nonce] = int(session.issued + self.absolute_seconds) + 1
+        if self.shared is not None:
+            # Every board process on the database hears of it (the secrets NOTIFY) and refuses it too.
+            await asyncio.get_running_loop().run_in_executor(None, functools.partial(
+                self.shared.write_secret, REVOKED_PREFIX + session.nonce, str(self._revoked[session.nonce]),
+                notify_token=True))
         if self._revoked_path is None:
             return
         async with self._saving:  # one writer at a time, each writing the newest list
@@ -201,6 +215,28 @@ class Credentials:
         now = time.monotonic() if now is None else now
         expiry = self._codes.pop(code, None)
         return expiry is not None and expiry > now
+
+    async def mint_login_code(self) -> str:
+        """A login code any board process on a shared database redeems (else this one only)."""
+        code = self.new_login_code()
+        if self.shared is not None:
+            expiry = str(int(self.clock() + LOGIN_CODE_TTL))
+            await asyncio.get_running_loop().run_in_executor(None, self.shared.write_secret, LOGIN_PREFIX + code, expiry)
+        return code
+
+    async def redeem_anywhere(self, code: str) -> bool:
+        """Redeem a code minted here or, on a shared database, by any board process: once, anywhere."""
+        local = self.redeem_login_code(code)
+        if self.shared is None or not code:
+            return local
+        # The database's row decides, wherever the code was minted: whoever deletes it redeems it.
+        expiry = await asyncio.get_running_loop().run_in_executor(None, self.shared.take_secret, LOGIN_PREFIX + code)
+        return expiry is not None and int(expiry) > self.clock()
+
+    def merge_revocations(self, revoked: dict[str, int]) -> None:
+        """Revocations another board process on the shared database wrote."""
+        now = self.clock()
+        self._revoked = {nonce: until for nonce, until in {**self._revoked, **revoked}.items() if until > now}
 
 
 def load_revocations(path: Path) -> dict[str, int]:

@@ -67,6 +67,8 @@ CONNECT_TIMEOUT_S: Final = 5
 READ_TIMEOUT_S: Final = 5.0
 #: The log reader's safety poll: notifications wake it; this catches anything they could miss.
 SAFETY_POLL_S: Final = 2.0
+#: How often the LISTEN thread looks up from its wait (to notice the store closing), seconds.
+LISTEN_WAKE_S: Final = 0.2
 #: Pause between attempts of the LISTEN thread to reach a server that went away, seconds.
 LISTEN_RETRY_S: Final = 0.5
 #: Taken (transaction-scoped) while migrating, so two processes starting at once apply a file once.
@@ -297,6 +299,7 @@ class PostgresStore(WriterStore):
     """The PostgreSQL implementation of the store seam."""
 
     engine = "postgresql"
+    blobs_in_database = True
     driver_error = psycopg.Error
 
     def __init__(self, url: str, *, clock: Callable[[], str] = utc_now) -> None:
@@ -326,8 +329,6 @@ class PostgresStore(WriterStore):
             timeout=READ_TIMEOUT_S,
             kwargs={"connect_timeout": CONNECT_TIMEOUT_S},
             configure=self._configure_reader,
-            # A connection the server dropped is found before use, so reads heal when it returns.
-            check=ConnectionPool.check_connection,
             name="taskloom-readers",
         )
         self._pool.open(wait=False)
@@ -372,12 +373,12 @@ class PostgresStore(WriterStore):
             raise psycopg.OperationalError(str(exc)) from exc
 
     def _begin(self, conn: PgConnection) -> None:
-        conn.execute("BEGIN")
-        # The revision lock first, before any other row lock: commit order = revision order, no deadlock.
-        conn.execute("SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE")
+        # The revision lock first, before any other row lock: commit order = revision order, no
+        # deadlock. One round trip: a script without parameters goes as one simple query.
+        conn.raw.execute(b"BEGIN; SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE")
 
     def _before_commit(self, conn: PgConnection, revision: int) -> None:
-        conn.execute("SELECT pg_notify(?, ?)", (LOG_CHANNEL, str(revision)))
+        conn.execute("SELECT pg_notify(?, ?)", (LOG_CHANNEL, str(int(revision))))
 
     def _in_transaction(self, conn: PgConnection) -> bool:
         return conn.in_transaction
@@ -411,11 +412,20 @@ class PostgresStore(WriterStore):
     def run_query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(conn, ...)`` in one ``REPEATABLE READ`` read-only transaction (one snapshot)."""
         assert self._pool is not None, "open() the store first"
-        try:
-            with self._pool.connection() as raw:
-                return fn(PgConnection(raw), *args, **kwargs)
-        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
-            raise unavailable(exc) from exc
+        for attempt in range(2):
+            try:
+                with self._pool.connection() as raw:
+                    try:
+                        return fn(PgConnection(raw), *args, **kwargs)
+                    except psycopg.OperationalError:
+                        if attempt == 0 and raw.broken:
+                            # A pooled connection the server dropped (it restarted meanwhile): the
+                            # pool discards it, and a read is safe to run again on a fresh one.
+                            continue
+                        raise
+            except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+                raise unavailable(exc) from exc
+        raise AssertionError("a read is tried twice at most")
 
     def follow_log(self) -> PgLogFollower:
         return PgLogFollower(self.url)
@@ -441,6 +451,11 @@ class PostgresStore(WriterStore):
                 conn.execute("SELECT pg_notify(?, '')", (TOKEN_CHANNEL,))
         return str(stored[0])
 
+    def take_secret(self, key: str) -> str | None:
+        conn = self._own_conn()
+        row = conn.execute("DELETE FROM board_secrets WHERE key = ? RETURNING value", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
     def secrets_with_prefix(self, prefix: str) -> dict[str, str]:
         rows = self.run_query(
             lambda conn: conn.execute("SELECT key, value FROM board_secrets WHERE key LIKE ?", (f"{prefix}%",)).fetchall()
@@ -451,12 +466,6 @@ class PostgresStore(WriterStore):
         """Called on the event loop when any process rotates the board token."""
         self._token_listeners.append(listener)
         self._start_listening()
-
-    # -- blobs --------------------------------------------------------------------------------------
-
-    def read_blob(self, sha256: str) -> bytes | None:
-        row = self.run_query(lambda conn: conn.execute("SELECT content FROM attachment_blobs WHERE sha256 = ?", (sha256,)).fetchone())
-        return None if row is None else bytes(row[0])
 
     # -- LISTEN ---------------------------------------------------------------------------------
 
@@ -487,7 +496,7 @@ class PostgresStore(WriterStore):
                 head = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()
                 self._hand_over(int(head[0]) if head else 0, token=True)
                 while not self._listen_stop.is_set():
-                    for note in conn.notifies(timeout=1.0):
+                    for note in conn.notifies(timeout=LISTEN_WAKE_S):
                         if note.channel == LOG_CHANNEL:
                             self._hand_over(int(note.payload or 0))
                         else:

@@ -228,7 +228,13 @@ class SharedSecrets(Protocol):
 
     def write_secret(self, key: str, value: str, *, only_if_absent: bool = False, notify_token: bool = False) -> str: ...
 
-    def add_token_listener(self, listener: Callable[[], None]) -> None: ...
+    def take_secret(self, key: str) -> str | None:
+        """Remove ``key`` and return what it held, atomically: a second taker gets None."""
+
+    def secrets_with_prefix(self, prefix: str) -> dict[str, str]: ...
+
+    def add_token_listener(self, listener: Callable[[], None]) -> None:
+        """Called on the event loop when any process changes the token or revokes a session."""
 
 
 class WriterStore:
@@ -238,6 +244,10 @@ class WriterStore:
     below); everything about ordering, batching and telling callers is decided here, once.
     """
 
+    #: ``sqlite`` or ``postgresql``.
+    engine: str = "sqlite"
+    #: Whether attachment bytes are rows of the database (shared by every board process) or files.
+    blobs_in_database: bool = False
     #: The engine's driver errors: a BEGIN or COMMIT failing with one of these loses its batch.
     driver_error: type[BaseException] = Exception
 

@@ -29,6 +29,10 @@ EXEMPT_HELPERS: dict[tuple[str, str], str] = {
         "label use counts move with the task_created/task_updated/task_archived row that names the labels",
     ("services/board/commands/common.py", "touch_actor"):
         "the actor dictionary moves with the task row whose `dictionaries` names the actor",
+    ("services/board/commands/attachments.py", "purge_blob"):
+        "the bytes of a PostgreSQL board go after the attachment_removed/attachment_updated row that released them",
+    ("services/board/commands/attachments.py", "_ensure_blob"):
+        "the bytes of a PostgreSQL board move with the attachment_added/attachment_updated row naming their digest",
     ("services/board/commands/common.py", "set_status"):
         "the status column moves with the caller's task_moved/task_claimed/task_reopened/... row",
     ("services/board/commands/state_import.py", "_insert"):
@@ -40,6 +44,7 @@ STORE_WRITERS: dict[tuple[str, str], str] = {
     ("services/board/sqlite_store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
     ("services/board/postgres_store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
     ("services/board/postgres_store.py", "PostgresStore.write_secret"): "the shared board token is not board state (SPEC §4.4)",
+    ("services/board/postgres_store.py", "PostgresStore.take_secret"): "a redeemed login code is not board state (SPEC §4.4)",
     ("services/board/store.py", "Tx.record"): "the activity append itself",
     ("services/board/backup.py", "backup"): "the backup's own copy (its journal mode), not the board's file",
     ("services/board/backup.py", "restore"): "a new epoch (board_id) is board identity, not an event; the board is stopped",

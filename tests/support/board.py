@@ -7,12 +7,15 @@ HTTP and stream suites once that way).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import queue
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from services.board.app import BoardSettings, create_app
@@ -140,10 +144,64 @@ def shared_cluster() -> Any:
     return _CLUSTER[0]
 
 
-def fresh_database_url() -> str:
-    from .postgres import fresh_database
+#: Databases copied ahead of use: a copy takes most of a second, so a thread keeps a few ready.
+_READY: queue.Queue[str] = queue.Queue(maxsize=3)
 
-    return fresh_database(shared_cluster())
+
+def fresh_database_url() -> str:
+    """A new database with the schema already applied (copied from a template migrated once per run)."""
+    from .postgres import apply_migrations, copy_database, fresh_database
+
+    cluster = shared_cluster()
+    if len(_CLUSTER) == 1:
+        template = fresh_database(cluster)
+        apply_migrations(template)  # the files only: each board's own start still adds its board_id
+        _CLUSTER.append(template)
+
+        def copy_ahead() -> None:
+            try:
+                while True:
+                    _READY.put(copy_database(cluster, template))  # blocks while three are waiting
+            except Exception:  # noqa: BLE001 - the cluster stopping at exit ends the copies
+                return
+
+        threading.Thread(target=copy_ahead, name="pg-test-copies", daemon=True).start()
+    return _READY.get(timeout=60)
+
+
+#: What the tests that reach past the board into the SQLite file itself use: they are SQLite's own
+#: (the PostgreSQL triggers have theirs in tests/postgres/test_pg_triggers.py).
+SQLITE_ONLY_MARKS = ("raw_connection", "sqlite3.", "board.sqlite", "data_version", "sqlite_master", 'data_dir / "attachments"')
+
+
+def deselect_sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``TASKLOOM_TEST_ENGINE=postgresql``, leave out the tests that open the SQLite file."""
+    if test_engine() != "postgresql":
+        return
+    def source(obj: object) -> str:
+        try:
+            return inspect.getsource(obj)  # type: ignore[arg-type]
+        except (OSError, TypeError):
+            return ""
+
+    def sqlite_only(text: str) -> bool:
+        return any(mark in text for mark in SQLITE_ONLY_MARKS)
+
+    helpers: dict[object, set[str]] = {}  # per module: its helpers that open the file
+    keep, drop = [], []
+    for item in items:
+        function = getattr(item, "function", None)
+        module = getattr(item, "module", None)
+        if module not in helpers:
+            helpers[module] = {name for name, value in vars(module).items()
+                               if inspect.isfunction(value) and not name.startswith("test_") and sqlite_only(source(value))
+                               } if module is not None else set()
+        text = source(function) if function is not None else ""
+        uses_helper = any(f"{name}(" in text for name in helpers[module])
+        (drop if sqlite_only(text) or uses_helper else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 async def start_board(data_dir: Path, *, clock: Callable[[], str] | None = None, **settings: Any) -> RunningBoard:

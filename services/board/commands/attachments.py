@@ -25,7 +25,7 @@ from urllib.parse import quote
 from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 
-from ..dialect import Connection
+from ..dialect import Connection, dialect_of
 from ..files import write_atomic
 from ..queries.attachments import attachment_to_dict, get_attachment, require_attachment
 from ..queries.tasks import require_task
@@ -156,11 +156,23 @@ def content_disposition(filename: str) -> str:
 # -- commands -----------------------------------------------------------------------------------
 
 
-def _ensure_blob(root: Path, sha256: str, data: bytes) -> None:
+def _ensure_blob(tx: Tx, root: Path, sha256: str, data: bytes) -> None:
+    if blobs_in_database(tx):
+        # Every board process serves the same blobs: the bytes are a row, written with the row naming them.
+        tx.execute(
+            "INSERT INTO attachment_blobs (sha256, content, created_at) VALUES (?, ?, ?) ON CONFLICT (sha256) DO NOTHING",
+            (sha256, data, tx.now),
+        )
+        return
     # Normally written before the transaction; only a purge racing this upload removes it, and
     # both run on the writer thread, so re-checking here closes the race.
     if not blob_path(root, sha256).is_file():
         write_blob(root, data, sha256)
+
+
+def blobs_in_database(tx: Tx) -> bool:
+    """A database several board processes share keeps the attachment bytes (PostgreSQL); else files."""
+    return dialect_of(tx.conn).name == "postgresql"
 
 
 def add_attachment(
@@ -170,7 +182,7 @@ def add_attachment(
     refuse_archived(task)
     check_filename(filename)
     check_size(data)
-    _ensure_blob(root, sha256, data)
+    _ensure_blob(tx, root, sha256, data)
     attachment_id = new_id()
     tx.execute(
         "INSERT INTO attachments (id, task_id, filename, content_type, size, sha256, created_at, updated_at)"
@@ -205,7 +217,7 @@ def replace_attachment(
     content_type = content_type or row["content_type"]
     if (sha256, filename, content_type) == (row["sha256"], row["filename"], row["content_type"]):
         return attachment_to_dict(row), None  # the same bytes again are not a change
-    _ensure_blob(root, sha256, data)
+    _ensure_blob(tx, root, sha256, data)
     tx.execute(
         "UPDATE attachments SET filename = ?, content_type = ?, size = ?, sha256 = ?, updated_at = ? WHERE id = ?",
         (filename, content_type, len(data), sha256, tx.now, attachment_id),
@@ -240,5 +252,8 @@ def purge_blob(tx: Tx, sha256: str, root: Path) -> bool:
     """Unlink a blob no row names any more. Writes no row: the removal was already recorded."""
     if tx.one("SELECT 1 FROM attachments WHERE sha256 = ? LIMIT 1", (sha256,)) is not None:
         return False
+    if blobs_in_database(tx):
+        tx.execute("DELETE FROM attachment_blobs WHERE sha256 = ?", (sha256,))
+        return True
     blob_path(root, sha256).unlink(missing_ok=True)
     return True

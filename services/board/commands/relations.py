@@ -30,7 +30,8 @@ def _refuse(code: str, message: str, **details: Any) -> TaskloomError:
 def _reaches(tx: Tx, type_: str, start: str, goal: str) -> bool:
     """Whether ``goal`` is reachable from ``start`` following ``type_`` edges source → target."""
     row = tx.one(
-        "WITH RECURSIVE walk(id) AS (SELECT ? UNION"
+        # The seed is read from tasks, not bound bare: its type (and collation) is then the column's.
+        "WITH RECURSIVE walk(id) AS (SELECT id FROM tasks WHERE id = ? UNION"
         " SELECT r.target_id FROM relations r JOIN walk w ON r.source_id = w.id WHERE r.type = ?)"
         " SELECT 1 FROM walk WHERE id = ?",
         (start, type_, goal),
@@ -52,7 +53,7 @@ def _chain_length(tx: Tx, task_id: str, *, upward: bool) -> int:
     down to its leaves. Bounded: a chain past the limit is refused before it can grow."""
     near, far = ("target_id", "source_id") if upward else ("source_id", "target_id")
     row = tx.execute(
-        f"WITH RECURSIVE chain(id, depth) AS (SELECT ?, 1 UNION"
+        f"WITH RECURSIVE chain(id, depth) AS (SELECT id, 1 FROM tasks WHERE id = ? UNION"
         f" SELECT r.{far}, c.depth + 1 FROM relations r JOIN chain c ON r.{near} = c.id"
         f" WHERE r.type = 'parent' AND c.depth <= ?)"
         f" SELECT max(depth) FROM chain",

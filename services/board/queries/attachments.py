@@ -28,6 +28,12 @@ def get_attachment(conn: Connection, attachment_id: str) -> dict[str, Any]:
     return attachment_to_dict(require_attachment(conn, attachment_id))
 
 
+def blob_content(conn: Connection, sha256: str) -> bytes | None:
+    """The bytes a database that keeps them (PostgreSQL) holds for a digest."""
+    row = conn.execute("SELECT content FROM attachment_blobs WHERE sha256 = ?", (sha256,)).fetchone()
+    return None if row is None else bytes(row[0])
+
+
 def list_attachments(conn: Connection, ref: str) -> dict[str, Any]:
     task = require_task(conn, ref)
     rows = conn.execute(

@@ -26,7 +26,7 @@ def list_relations(conn: Connection, ref: str, *, type: str | None = None) -> di
         "SELECT r.*, o.identifier AS other_identifier, o.title AS other_title, o.status AS other_status"
         " FROM relations r JOIN tasks o"
         "   ON o.id = CASE WHEN r.source_id = :me THEN r.target_id ELSE r.source_id END"
-        " WHERE (r.source_id = :me OR r.target_id = :me) AND (:type IS NULL OR r.type = :type)"
+        " WHERE (r.source_id = :me OR r.target_id = :me) AND (CAST(:type AS TEXT) IS NULL OR r.type = :type)"
         " ORDER BY r.created_at, r.rowid",
         {"me": task["id"], "type": type},
     ).fetchall()

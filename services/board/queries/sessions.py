@@ -20,7 +20,7 @@ def session_to_dict(row: Row) -> dict[str, Any]:
 def list_sessions(conn: Connection, ref: str, *, status: str | None = None) -> dict[str, Any]:
     task = require_task(conn, ref)
     rows = conn.execute(
-        "SELECT * FROM agent_sessions WHERE task_id = ? AND (? IS NULL OR status = ?) ORDER BY created_at, seg, rowid",
+        "SELECT * FROM agent_sessions WHERE task_id = ? AND (CAST(? AS TEXT) IS NULL OR status = ?) ORDER BY created_at, seg, rowid",
         (task["id"], status, status),
     ).fetchall()
     return whole([session_to_dict(row) for row in rows])

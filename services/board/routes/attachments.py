@@ -8,6 +8,7 @@ to disk off the event loop, and only then recorded; downloads stream the blob wi
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from shared.errors import TaskloomError
 
 from ..api import MAX_ATTACHMENT_BYTES, PREFIX, Call, Created, F, Route, read_body
 from ..commands import attachments
-from ..queries.attachments import get_attachment, list_attachments
+from ..queries.attachments import blob_content, get_attachment, list_attachments
 from ..store import SYSTEM_ACTOR
 
 TASK = f"{PREFIX}/tasks/{{ref}}"
@@ -28,9 +29,15 @@ def _root(call: Call) -> Path:
     return call.settings.attachments_dir
 
 
-async def _store_blob(root: Path, data: bytes) -> str:
-    """Hash and write off the loop: 8 MiB of sha256 and fsync would stall every stream."""
-    return await asyncio.get_running_loop().run_in_executor(None, attachments.write_blob, root, data)
+async def _store_blob(call: Call, data: bytes) -> str:
+    """Hash and write off the loop: 8 MiB of sha256 and fsync would stall every stream.
+
+    A board whose database keeps the bytes (PostgreSQL) only hashes here; the command writes them.
+    """
+    loop = asyncio.get_running_loop()
+    if call.store.blobs_in_database:
+        return await loop.run_in_executor(None, lambda: hashlib.sha256(data).hexdigest())
+    return await loop.run_in_executor(None, attachments.write_blob, _root(call), data)
 
 
 async def _purge(call: Call, sha256: str | None) -> None:
@@ -48,7 +55,7 @@ async def upload(call: Call) -> Any:
     content_type = attachments.check_content_type(call.request.headers.get(hdrs.CONTENT_TYPE))
     await call.store.query(attachments.check_attachable, call.path["ref"])
     data = await read_body(call.request, MAX_ATTACHMENT_BYTES)
-    sha256 = await _store_blob(_root(call), data)
+    sha256 = await _store_blob(call, data)
     return Created(
         await call.store.command(
             attachments.add_attachment,
@@ -65,6 +72,18 @@ async def upload(call: Call) -> Any:
 
 async def download(call: Call) -> web.StreamResponse:
     meta = await call.store.query(get_attachment, call.path["id"])
+    headers = {
+        hdrs.CONTENT_TYPE: meta["content_type"],
+        hdrs.CONTENT_DISPOSITION: attachments.content_disposition(meta["filename"]),
+        # Served from the board's own origin: never let a browser sniff an upload into HTML.
+        "X-Content-Type-Options": "nosniff",
+    }
+    if call.store.blobs_in_database:
+        content = await call.store.query(blob_content, meta["sha256"])
+        if content is None:
+            raise TaskloomError("NOT_FOUND", f"the content of attachment {meta['id']} is missing from the database",
+                                details={"attachment": meta["id"], "sha256": meta["sha256"]})
+        return web.Response(body=content, headers=headers)
     path = attachments.blob_path(_root(call), meta["sha256"])
     loop = asyncio.get_running_loop()
     if not await loop.run_in_executor(None, path.is_file):
@@ -74,15 +93,7 @@ async def download(call: Call) -> web.StreamResponse:
             details={"attachment": meta["id"], "sha256": meta["sha256"]},
             hint="restore the data directory's attachments/ folder from a backup",
         )
-    return web.FileResponse(
-        path,
-        headers={
-            hdrs.CONTENT_TYPE: meta["content_type"],
-            hdrs.CONTENT_DISPOSITION: attachments.content_disposition(meta["filename"]),
-            # Served from the board's own origin: never let a browser sniff an upload into HTML.
-            "X-Content-Type-Options": "nosniff",
-        },
-    )
+    return web.FileResponse(path, headers=headers)
 
 
 async def replace(call: Call) -> Any:
@@ -94,7 +105,7 @@ async def replace(call: Call) -> Any:
     content_type = attachments.check_content_type(sent_type) if sent_type else None
     await call.store.query(attachments.check_replaceable, call.path["id"])
     data = await read_body(call.request, MAX_ATTACHMENT_BYTES)
-    sha256 = await _store_blob(_root(call), data)
+    sha256 = await _store_blob(call, data)
     result, released = await call.store.command(
         attachments.replace_attachment,
         actor,

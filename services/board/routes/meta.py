@@ -36,7 +36,7 @@ async def openapi(call: Call) -> Any:
 
 
 async def login_link(call: Call) -> Any:
-    code = call.request.app[CREDENTIALS].new_login_code()
+    code = await call.request.app[CREDENTIALS].mint_login_code()
     base = f"{call.request.scheme}://{call.request.host}"
     return {"url": f"{base}/login?code={code}"}
 

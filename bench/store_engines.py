@@ -1,0 +1,235 @@
+"""The two store engines side by side, in one run on one machine.
+
+1. HTTP mutations/s at 16 clients (each alternating ``PATCH /tasks/{id}`` and ``POST
+   /tasks/{id}/move`` on its own task, as ``bench/http_bench.py``): ``taskd`` on SQLite; on
+   PostgreSQL with one board process; on PostgreSQL with two board processes on one database (8
+   clients on each). Goals: two processes ≥ 1.5× one; PostgreSQL single ≥ 0.5× SQLite.
+2. Write → frame at 100 open streams: a task created on process A, the time until each of 100
+   streams open on process B has its frame (PostgreSQL, LISTEN/NOTIFY between the processes),
+   against the same with writer and streams on one SQLite board process. Goal: PostgreSQL p50 ≤ 2×
+   the SQLite p50 of the same run.
+
+PostgreSQL is a throwaway cluster started for the run (``tests/support/postgres.py``: initdb in a
+temp dir, loopback port, fsync off, as the test suite runs it).
+
+    .venv/bin/python -m bench.store_engines
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from bench.http_bench import client_loop
+from shared.sse import SSEMessage, SSEParser
+
+COMMAND = ".venv/bin/python -m bench.store_engines"
+CLIENTS = 16
+SECONDS = 8.0
+WARMUP_SECONDS = 1.0
+STREAMS = 100
+WRITES = 100
+HEADERS = {"X-Taskloom-Actor-Kind": "claude", "X-Taskloom-Actor": "bench"}
+
+
+@dataclass
+class Board:
+    process: subprocess.Popen[bytes]
+    url: str
+    token: str
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def start_board(folder: Path, *args: str) -> Board:
+    data_dir, runtime = folder / "data", folder / "run"
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TASKLOOM_RUNTIME_DIR": str(runtime), "TASKLOOM_DATA_DIR": str(data_dir)}
+    taskd = Path(sys.executable).parent / "taskd"
+    process = subprocess.Popen(
+        [str(taskd), "serve", "--port", "0", "--data-dir", str(data_dir), *args],
+        env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "taskd.log", "wb"), stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"taskd exited: {(folder / 'taskd.log').read_text()}")
+        try:
+            pointer = json.loads((runtime / "board.json").read_text())
+            if pointer.get("pid") == process.pid:
+                return Board(process, pointer["url"], (data_dir / "token").read_text().strip())
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)  # polling a file another process writes; not a test
+    process.kill()
+    raise RuntimeError("taskd did not write its pointer in 60 s")
+
+
+@dataclass
+class Throughput:
+    label: str
+    mutations: int = 0
+    wall: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.mutations / self.wall
+
+
+class _Result:
+    """What ``http_bench.client_loop`` fills in."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.errors = 0
+
+
+async def throughput(label: str, boards: list[Board]) -> Throughput:
+    """16 clients, spread evenly over ``boards`` (which serve one database)."""
+    headers = {**HEADERS, "Authorization": f"Bearer {boards[0].token}"}
+    async with aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(limit=CLIENTS)) as session:
+        base = [f"{board.url}/api/v1" for board in boards]
+        async with session.post(f"{base[0]}/projects", json={"id": "bench", "name": "Bench"}) as response:
+            assert response.status == 201, await response.text()
+        task_ids = []
+        for n in range(CLIENTS):
+            async with session.post(f"{base[0]}/tasks", json={"project": "bench", "title": f"task {n}"}) as response:
+                assert response.status == 201, await response.text()
+                task_ids.append((await response.json())["id"])
+        warm = time.perf_counter() + WARMUP_SECONDS
+        await asyncio.gather(*(client_loop(session, base[n % len(base)], task_ids[n], warm, None) for n in range(CLIENTS)))
+        result = _Result()
+        started = time.perf_counter()
+        await asyncio.gather(*(client_loop(session, base[n % len(base)], task_ids[n], started + SECONDS, result)  # type: ignore[arg-type]
+                               for n in range(CLIENTS)))
+        wall = time.perf_counter() - started
+    return Throughput(label, len(result.latencies), wall, result.latencies)
+
+
+async def follow(session: aiohttp.ClientSession, board: Board, arrivals: dict[str, float], opened: asyncio.Event) -> None:
+    headers = {"Authorization": f"Bearer {board.token}"}
+    async with session.get(f"{board.url}/api/v1/events", headers=headers,
+                           timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as response:
+        parser = SSEParser()
+        opened.set()
+        async for chunk in response.content.iter_any():
+            now = time.perf_counter()
+            for item in parser.feed(chunk):
+                if isinstance(item, SSEMessage) and item.data is not None and item.event is None:
+                    frame = orjson.loads(item.data)
+                    if frame["event"] == "task_created":
+                        arrivals[frame["task_id"]] = now
+
+
+async def write_to_frame(writer: Board, reader: Board) -> list[float]:
+    """Seconds from a create's request on ``writer`` to its frame on each of 100 streams on ``reader``."""
+    headers = {**HEADERS, "Authorization": f"Bearer {writer.token}"}
+    async with aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(limit=STREAMS + 4)) as session:
+        async with session.post(f"{writer.url}/api/v1/projects", json={"id": "lat", "name": "Latency"}) as response:
+            assert response.status == 201, await response.text()
+        arrivals: list[dict[str, float]] = [{} for _ in range(STREAMS)]
+        opened = [asyncio.Event() for _ in range(STREAMS)]
+        readers = [asyncio.ensure_future(follow(session, reader, arrivals[n], opened[n])) for n in range(STREAMS)]
+        await asyncio.gather(*(event.wait() for event in opened))
+        latencies: list[float] = []
+        for n in range(WRITES):
+            sent = time.perf_counter()
+            async with session.post(f"{writer.url}/api/v1/tasks", json={"project": "lat", "title": f"t{n}"}) as response:
+                task_id = (await response.json())["id"]
+            deadline = time.monotonic() + 10
+            while not all(task_id in seen for seen in arrivals):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("a stream did not get its frame within 10 s")
+                await asyncio.sleep(0.001)
+            latencies.extend(seen[task_id] - sent for seen in arrivals)
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+    return latencies
+
+
+def pct(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000
+
+
+def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.support.postgres import Cluster, find_binaries, fresh_database
+
+    cluster = Cluster(find_binaries())
+    cluster.start()
+    rows: list[Throughput] = []
+    latency: dict[str, list[float]] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="taskloom-engines-") as folder:
+            root = Path(folder)
+            sqlite = start_board(root / "sqlite")
+            try:
+                rows.append(asyncio.run(throughput("SQLite, one process", [sqlite])))
+            finally:
+                sqlite.stop()
+            url = fresh_database(cluster)
+            one = start_board(root / "pg1", "--database", url)
+            try:
+                rows.append(asyncio.run(throughput("PostgreSQL, one process", [one])))
+            finally:
+                one.stop()
+            url = fresh_database(cluster)
+            a, b = start_board(root / "pg2a", "--database", url), start_board(root / "pg2b", "--database", url)
+            try:
+                rows.append(asyncio.run(throughput("PostgreSQL, two processes", [a, b])))
+            finally:
+                a.stop()
+                b.stop()
+            sqlite = start_board(root / "sqlite-lat")
+            try:
+                latency["SQLite, writer and streams in one process"] = asyncio.run(write_to_frame(sqlite, sqlite))
+            finally:
+                sqlite.stop()
+            url = fresh_database(cluster)
+            a, b = start_board(root / "lat-a", "--database", url), start_board(root / "lat-b", "--database", url)
+            try:
+                latency["PostgreSQL, write on A, streams on B"] = asyncio.run(write_to_frame(a, b))
+            finally:
+                a.stop()
+                b.stop()
+    finally:
+        cluster.stop()
+
+    print(f"{CLIENTS} clients, {SECONDS:.0f} s each after {WARMUP_SECONDS:.0f} s warm-up; `{COMMAND}`\n")
+    print("| engine | mutations/s | p50 ms | p99 ms |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print(f"| {row.label} | {row.rate:,.0f} | {pct(row.latencies, 0.5):.2f} | {pct(row.latencies, 0.99):.2f} |")
+    sqlite_rate, pg_one, pg_two = (row.rate for row in rows)
+    print(f"\nPostgreSQL one / SQLite: {pg_one / sqlite_rate:.2f}× (goal ≥ 0.5×); "
+          f"two processes / one: {pg_two / pg_one:.2f}× (goal ≥ 1.5×)")
+    print(f"\nwrite → frame, {STREAMS} streams, {WRITES} writes ({STREAMS * WRITES} frames):\n")
+    print("| setup | p50 ms | p99 ms | mean ms |")
+    print("|---|---|---|---|")
+    for label, values in latency.items():
+        print(f"| {label} | {pct(values, 0.5):.2f} | {pct(values, 0.99):.2f} | {statistics.fmean(values) * 1000:.2f} |")
+    sqlite_p50, pg_p50 = (pct(values, 0.5) for values in latency.values())
+    print(f"\nPostgreSQL cross-process p50 / SQLite in-process p50: {pg_p50 / sqlite_p50:.2f}× (goal ≤ 2×)")
+
+
+if __name__ == "__main__":
+    main()
