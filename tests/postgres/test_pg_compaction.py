@@ -9,6 +9,7 @@ a board whose store is PostgreSQL; only what reaches past the board is written f
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -16,6 +17,9 @@ import psycopg
 import psycopg.errors
 import pytest
 
+from services.board import compaction
+from services.board.store import SYSTEM_ACTOR
+from shared.errors import TaskloomError
 from tests.integration import test_compaction as on_sqlite
 from tests.postgres.support_taskd import Follower, board_process
 from tests.support import board as board_support
@@ -165,3 +169,41 @@ async def test_a_compaction_on_one_process_is_the_floor_of_every_process(tmp_pat
     finally:
         first.stop()
         second.stop()
+
+
+async def test_a_compaction_overtaken_by_another_process_takes_its_archive_back(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Two board processes' daily runs plan at once; the one that commits second finds the floor
+    moved (409) and removes the archive it wrote, which names rows nobody removed through it. A
+    loser that planned the very range the winner committed keeps the file: it is the winner's."""
+    first = await start_board(tmp_path / "a", database=postgres_url)
+    second = await start_board(tmp_path / "b", database=postgres_url)
+    try:
+        async with aiohttp.ClientSession() as session:
+            on_a = BoardClient(first.url, first.token, session)
+            task = await make_task(on_a)
+            revisions = await on_sqlite.rows_of(first, task, 20)
+            now = datetime.now(UTC)
+            stale = await second.store.query(compaction.plan, through=revisions[5], older_than_days=None, now=now)
+            overtaken = await second.store.query(compaction.write_archive, second.data_dir, stale)
+            assert overtaken.is_file()
+            won = await on_a.post(f"{API}/admin/compact", {"through": revisions[9]})
+            assert won.status == 200, won.body
+            with pytest.raises(TaskloomError) as caught:
+                await compaction.commit_plan(second.store, stale, overtaken, SYSTEM_ACTOR)
+            assert caught.value.code == "CONFLICT" and caught.value.details == {"floor": revisions[9]}
+            assert not overtaken.exists(), "the overtaken run's archive went with it"
+            assert Path(won.body["archive"]).is_file()
+
+            # The same range committed by the winner in the loser's own directory: the file stays.
+            same = await first.store.query(compaction.plan, through=revisions[14], older_than_days=None, now=now)
+            mine = await first.store.query(compaction.write_archive, first.data_dir, same)
+            again = await on_a.post(f"{API}/admin/compact", {"through": revisions[14]})
+            assert again.status == 200 and Path(again.body["archive"]) == mine
+            with pytest.raises(TaskloomError):
+                await compaction.commit_plan(first.store, same, mine, SYSTEM_ACTOR)
+            assert [row["revision"] for row in on_sqlite.archived(mine)] == revisions[10:15]
+    finally:
+        await second.runner.cleanup()
+        await first.runner.cleanup()
