@@ -56,14 +56,13 @@ async def test_the_backup_route_names_pg_dump_and_writes_nothing(
     assert await activity_count(board) == before
 
 
-async def test_board_status_on_postgresql_names_the_server_and_its_durability(
+async def test_board_status_on_postgresql_reports_the_servers_durability(
     pg_board: tuple[RunningBoard, BoardClient], postgres_url: str
 ) -> None:
     _, client = pg_board
     status = (await client.get(f"{API}/board/status")).body
-    parts = urlsplit(postgres_url)
-    assert status["database"] == f"{parts.hostname}:{parts.port}{parts.path}"
-    assert parts.password and parts.password not in str(status)
+    password = urlsplit(postgres_url).password
+    assert password and password not in str(status)
     with psycopg.connect(postgres_url) as conn:
         setting = conn.execute("SHOW synchronous_commit").fetchone()
     assert setting is not None

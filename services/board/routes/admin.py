@@ -71,17 +71,16 @@ async def board_status(call: Call) -> Any:
     from .meta import VERSION
 
     settings = call.settings
-    database, durability = str(settings.database_path), settings.durability
+    durability = settings.durability
     if getattr(call.store, "engine", "sqlite") == "postgresql":
-        # The server decides how durable a commit is; say what it does, and where (never the password).
-        database = call.store.target  # type: ignore[attr-defined]
+        # The server decides how durable a commit is (its synchronous_commit): say what it does.
         durability = await call.store.query(_server_durability)
     return {
         **await call.store.query(_status),
         "version": VERSION,
         "pid": os.getpid(),
         "data_dir": str(settings.data_dir),
-        "database": database,
+        "database": str(settings.database_path),
         "token_file": str(settings.token_path),
         "uptime_seconds": round(time.monotonic() - _STARTED, 1),
         "durability": durability,
