@@ -8,6 +8,10 @@ a board whose store is PostgreSQL; only what reaches past the board is written f
 
 from __future__ import annotations
 
+import asyncio
+import random
+import signal
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,12 +22,14 @@ import psycopg.errors
 import pytest
 
 from services.board import compaction
-from services.board.store import SYSTEM_ACTOR
+from services.board.postgres_store import PostgresStore
+from services.board.store import SYSTEM_ACTOR, Tx
 from shared.errors import TaskloomError
 from tests.integration import test_compaction as on_sqlite
 from tests.postgres.support_taskd import Follower, board_process
 from tests.support import board as board_support
-from tests.support.board import API, BoardClient, RunningBoard, make_task, start_board
+from tests.support.board import API, BoardClient, RunningBoard, TaskdProcess, make_task, start_board
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -207,3 +213,77 @@ async def test_a_compaction_overtaken_by_another_process_takes_its_archive_back(
     finally:
         await second.runner.cleanup()
         await first.runner.cleanup()
+
+
+# -- SIGKILL in the middle, on PostgreSQL ---------------------------------------------------------
+
+
+def pg_state(url: str) -> tuple[int, list[int]]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT value FROM board_meta WHERE key = 'floor'").fetchone()
+        assert row is not None
+        kept = [int(r[0]) for r in conn.execute("SELECT revision FROM task_activities ORDER BY revision")]
+        return int(row[0]), kept
+
+
+async def test_sigkill_during_compaction_on_postgresql_leaves_one_whole_state(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """As the SQLite test: a taskd killed at any moment of a compaction leaves either the old floor
+    with every row above it or the new floor with its archive complete (the server, not the
+    killed process, decides which by whether the COMMIT arrived)."""
+    store = PostgresStore(postgres_url)
+    store.open()
+    try:
+        def seed(tx: Tx) -> list[int]:
+            tx.execute("INSERT INTO projects (id, name, prefix, created_at, updated_at) VALUES ('demo', 'Demo', 'DEMO', ?, ?)",
+                       (tx.now, tx.now))
+            tx.execute("INSERT INTO tasks (id, project_id, number, identifier, title, created_at, updated_at)"
+                       " VALUES ('t1', 'demo', 1, 'DEMO-0001', 'x', ?, ?)", (tx.now, tx.now))
+            return on_sqlite.bulk_rows(tx, "t1", "demo", 20_000)
+
+        everything, _ = store.run_command(seed, on_sqlite.WRITER)
+    finally:
+        store.close()
+    rng = random.Random(20261202)
+    process = TaskdProcess(data_dir=tmp_path / "data", runtime_dir=tmp_path / "run", log_path=tmp_path / "taskd.log")
+    outcomes = {"old": 0, "new": 0}
+    floor = 0
+    for attempt in range(5):
+        process.start("--database", postgres_url)
+        through = floor + rng.randint(2_000, 3_000)
+        request = threading.Thread(target=on_sqlite._post,
+                                   args=(process.url, process.token, f"{API}/admin/compact", {"through": through}))
+        request.start()
+        if attempt == 4:
+            # Right after the commit, seen from another connection: then the kill.
+            wait_until(lambda target=through: pg_state(postgres_url)[0] == target, what="the compaction's commit", timeout=60)
+        elif attempt:
+            await asyncio.sleep(rng.uniform(0.0, 0.05 * attempt))  # a random moment to kill at, not a synchronisation
+        assert process.process is not None
+        process.process.send_signal(signal.SIGKILL)
+        process.process.wait(timeout=20)
+        request.join(timeout=30)
+        # The server rolls back a transaction whose client vanished before COMMIT; wait until
+        # no connection of the killed process is left, so what we read is what stays.
+        wait_until(lambda: not _backends(postgres_url), what="the killed board's connections to end", timeout=30)
+        new_floor, kept = pg_state(postgres_url)
+        if new_floor == floor:
+            outcomes["old"] += 1
+            assert kept == [r for r in everything if r > floor], "the old floor keeps every row above it"
+        else:
+            outcomes["new"] += 1
+            assert new_floor == through and kept == [r for r in everything if r > through]
+            archive = process.data_dir / "archive" / f"activities-{floor + 1}-{through}.jsonl.gz"
+            assert [row["revision"] for row in on_sqlite.archived(archive)] == [r for r in everything if floor < r <= through]
+            floor = new_floor
+    assert outcomes["old"] >= 1 and outcomes["new"] >= 1, outcomes
+
+
+def _backends(url: str) -> int:
+    """Other sessions on this database (the killed board's, until the server notices they are gone)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                           " AND pid <> pg_backend_pid()").fetchone()
+        assert row is not None
+        return int(row[0])
