@@ -191,6 +191,7 @@ def serve_command(*, data_dir: Path | None, repair_schema: bool, **params: Any) 
     values = knobs.settings_values(BoardSettings, params)
     values["descriptor_reserve"] = raise_open_file_limit(reserve=values["descriptor_reserve"])
     settings = BoardSettings(data_dir=directory, **values)
+    refuse_sqlite_durability(settings)
     try:
         import uvloop
 
@@ -215,6 +216,18 @@ def serve_command(*, data_dir: Path | None, repair_schema: bool, **params: Any) 
         # directory as this start found it.
         _remove_new_entries(directory, found)
         raise click.ClickException(f"cannot start the board in {directory}: {_describe(exc)}; nothing was written") from None
+
+
+def refuse_sqlite_durability(settings: BoardSettings) -> None:
+    """``--durability`` is SQLite's ``synchronous`` pragma. A PostgreSQL board's commits are as
+    durable as its server's ``synchronous_commit`` makes them; asking this board for ``normal``
+    there would be a promise it cannot keep, so it is refused before anything starts."""
+    if settings.database and settings.durability != "full":
+        raise click.ClickException(
+            f"--durability {settings.durability} applies to the SQLite file only; a board on PostgreSQL is as durable "
+            "as the server's synchronous_commit setting (set it there: ALTER DATABASE … SET synchronous_commit = off). "
+            "Nothing was started"
+        )
 
 
 def _entries(directory: Path) -> set[str] | None:
@@ -250,7 +263,9 @@ def _describe(exc: OSError | sqlite3.Error) -> str:
 @click.argument("backup_file", metavar="FILE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="TASKLOOM_DATA_DIR",
               help="The data directory to restore into (default: TASKLOOM_DATA_DIR, else the platform default).")
-def restore_command(backup_file: Path, data_dir: Path | None) -> None:
+@click.option("--database", envvar="TASKLOOM_DATABASE_URL", metavar="URL", hidden=True,
+              help="Refused: a board on PostgreSQL is restored with pg_restore (docs/operations.md).")
+def restore_command(backup_file: Path, data_dir: Path | None, database: str | None) -> None:
     """Install a backup (from `taskctl board backup`) with a new board id; the board must be stopped.
 
     \b
@@ -260,6 +275,16 @@ def restore_command(backup_file: Path, data_dir: Path | None) -> None:
     """
     from .backup import RestoreRefused, restore
 
+    if database:
+        # Before the data directory is touched: this board's state is not in it.
+        from .postgres_store import describe_target
+
+        raise click.ClickException(
+            f"this board's database is PostgreSQL ({describe_target(database)}, from --database or "
+            "TASKLOOM_DATABASE_URL): taskd restore installs SQLite backups only. Restore a pg_dump with pg_restore "
+            "into an empty database, then give it a new board_id (docs/operations.md, Backup and restore); "
+            "nothing was changed"
+        )
     configure_logging(sys.stdout, json=not sys.stderr.isatty())
     directory = (data_dir or default_data_dir(os.environ, Path.home(), platform=sys.platform)).absolute()
     restrict_umask()

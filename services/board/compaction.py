@@ -181,9 +181,22 @@ async def compact(
         answer["archive"] = str(archive_path(data_dir, chosen.previous_floor + 1, chosen.through))
         return answer
     archive = await store.query(write_archive, data_dir, chosen)
-    removed = await store.command(raise_floor, actor or SYSTEM_ACTOR, chosen)
+    removed = await commit_plan(store, chosen, archive, actor or SYSTEM_ACTOR)
     log.info("log_compacted", floor=chosen.through, removed=removed, archive=str(archive))
     return {**answer, "removed": removed, "archive": str(archive)}
+
+
+async def commit_plan(store: WriterStore, chosen: Plan, archive: Path, actor: Any) -> int:
+    """Step 2. A plan another compaction overtook (409 CONFLICT: on PostgreSQL, another board
+    process's daily run) removed nothing: its archive names rows nobody removed through it, so it
+    goes, unless the winner committed this very range (then the file is the winner's too)."""
+    try:
+        removed: int = await store.command(raise_floor, actor, chosen)
+    except TaskloomError as exc:
+        if exc.code == "CONFLICT" and exc.details.get("floor") != chosen.through:
+            archive.unlink(missing_ok=True)
+        raise
+    return removed
 
 
 def setup(app: web.Application, *, store_key: Any, settings_key: Any) -> None:

@@ -4,8 +4,11 @@ One object a line, in a fixed order of kinds and, inside a kind, of primary keys
 sorted keys: the same board gives the same bytes. The first line is the header, the last the
 ``end`` line with the count of each kind, so a file cut short at a line boundary is told from a
 whole one. Everything that rebuilds the card state is here: archived tasks too (they are the
-tombstones that keep old references resolvable) and every attachment's bytes (base64). The
-activity log is not: it is the board's own history, not card state (docs/operations.md).
+tombstones that keep old references resolvable) and every attachment's bytes (base64), read from
+wherever the engine keeps them: files under the data directory (SQLite) or ``attachment_blobs``
+rows of the same snapshot (PostgreSQL). The file is the same either way, so it moves a board
+between engines. The activity log is not in it: it is the board's own history, not card state
+(docs/operations.md).
 
 A row's ``revision`` is left out: it is the revision of the board it was read from, and an import
 stamps its own. A line is ``{"kind": …, "row": {…}}`` (an attachment's line adds ``data``, its
@@ -25,6 +28,7 @@ import orjson
 from shared.errors import TaskloomError
 
 from . import activities
+from .attachments import blob_content
 
 STATE_KIND: Final = "taskloom-state"
 STATE_VERSION: Final = 1
@@ -118,8 +122,25 @@ def _blob(root: Path, sha256: str) -> bytes:
         ) from None
 
 
-def export_lines(conn: Any, *, exported_at: str, attachments_dir: Path) -> Iterator[bytes]:
-    """Every line of the export, read from one snapshot (the caller holds the read transaction)."""
+def _blob_row(conn: Any, sha256: str) -> bytes:
+    """An attachment's bytes kept in the database, read in the export's own snapshot."""
+    content = blob_content(conn, sha256)
+    if content is None:
+        raise TaskloomError(
+            "NOT_FOUND",
+            f"the content of an attachment ({sha256}) is missing from the database; the export would be incomplete",
+            details={"sha256": sha256},
+        )
+    return content
+
+
+def export_lines(
+    conn: Any, *, exported_at: str, attachments_dir: Path, blobs_in_database: bool = False
+) -> Iterator[bytes]:
+    """Every line of the export, read from one snapshot (the caller holds the read transaction).
+
+    ``blobs_in_database``: the attachment bytes are ``attachment_blobs`` rows (the store says so),
+    not files under ``attachments_dir``."""
     yield encode_line(header(conn, exported_at))
     counts: dict[str, int] = {}
     for kind in KINDS:
@@ -129,7 +150,8 @@ def export_lines(conn: Any, *, exported_at: str, attachments_dir: Path) -> Itera
             for row in rows:
                 record = _record(kind, row)
                 if kind.name == "attachment":
-                    record["data"] = base64.b64encode(_blob(attachments_dir, row["sha256"])).decode("ascii")
+                    content = _blob_row(conn, row["sha256"]) if blobs_in_database else _blob(attachments_dir, row["sha256"])
+                    record["data"] = base64.b64encode(content).decode("ascii")
                 counts[kind.name] += 1
                 yield encode_line(record)
     yield encode_line({"kind": END_KIND, "counts": counts})

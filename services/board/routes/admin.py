@@ -72,6 +72,10 @@ async def board_status(call: Call) -> Any:
     from .meta import VERSION
 
     settings = call.settings
+    durability = settings.durability
+    if getattr(call.store, "engine", "sqlite") == "postgresql":
+        # The server decides how durable a commit is (its synchronous_commit): say what it does.
+        durability = await call.store.query(_server_durability)
     return {
         **await call.store.query(_status),
         "version": VERSION,
@@ -80,8 +84,15 @@ async def board_status(call: Call) -> Any:
         "database": settings.database_label,
         "token_file": str(settings.token_path),
         "uptime_seconds": round(time.monotonic() - _STARTED, 1),
-        "durability": settings.durability,
+        "durability": durability,
     }
+
+
+def _server_durability(conn: Any) -> str:
+    """PostgreSQL's ``synchronous_commit = off`` may lose the last acknowledged commits on a crash
+    of the server, as SQLite's ``normal`` may on a power cut; any other value waits for the flush."""
+    value = conn.execute("SELECT current_setting('synchronous_commit')").fetchone()[0]
+    return "normal" if value == "off" else "full"
 
 
 def _sqlite_only(call: Call) -> None:

@@ -45,7 +45,9 @@ class _ClientGone(Exception):
 _DONE: Final = object()
 
 
-def _producer(chunks: queue.Queue[Any], gone: threading.Event, exported_at: str, root: Any) -> Callable[[Any], None]:
+def _producer(
+    chunks: queue.Queue[Any], gone: threading.Event, exported_at: str, root: Any, blobs_in_database: bool
+) -> Callable[[Any], None]:
     def hand(chunk: Any) -> None:
         waited = 0.0
         while True:
@@ -62,7 +64,8 @@ def _producer(chunks: queue.Queue[Any], gone: threading.Event, exported_at: str,
     def produce(conn: Any) -> None:
         try:
             buffer = bytearray()
-            for line in state.export_lines(conn, exported_at=exported_at, attachments_dir=root):
+            for line in state.export_lines(conn, exported_at=exported_at, attachments_dir=root,
+                                           blobs_in_database=blobs_in_database):
                 buffer += line
                 if len(buffer) >= CHUNK_BYTES:
                     hand(bytes(buffer))
@@ -91,7 +94,7 @@ async def export_state(call: Call) -> web.StreamResponse:
     chunks: queue.Queue[Any] = queue.Queue(maxsize=QUEUED_CHUNKS)
     gone = threading.Event()
     reading = asyncio.ensure_future(
-        call.store.query(_producer(chunks, gone, utc_now(), call.settings.attachments_dir))
+        call.store.query(_producer(chunks, gone, utc_now(), call.settings.attachments_dir, call.store.blobs_in_database))
     )
     try:
         first = await loop.run_in_executor(None, chunks.get)
@@ -132,7 +135,8 @@ async def import_state_route(call: Call) -> Any:
     loop = asyncio.get_running_loop()
     parsed = await loop.run_in_executor(None, state_import.parse_state, data.splitlines())
     root = call.settings.attachments_dir
-    for sha256, blob in parsed.blobs.items():
+    # A database that keeps the bytes (PostgreSQL) gets them in the import's own transaction.
+    for sha256, blob in () if call.store.blobs_in_database else parsed.blobs.items():
         # Before the transaction, as for an upload: a blob without a row is harmless, the reverse is not.
         await loop.run_in_executor(None, attachments.write_blob, root, blob, sha256)
     result = await call.store.command(state_import.import_state, state_import.IMPORTER, parsed)
