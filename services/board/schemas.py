@@ -212,7 +212,12 @@ BODY_RULES: Final[dict[tuple[str, str], dict[str, Any]]] = {
             "reporter_kind": ["reporter_id"], "reporter_id": ["reporter_kind"],
         },
     },
-    ("POST", f"{TASK}/deliver"): {"not": {"required": ["body", "report_id"]}},
+    ("POST", f"{TASK}/deliver"): {
+        "not": {"required": ["body", "report_id"]},
+        # commands/reports.deliver: a reason only explains a forced delivery past open blockers.
+        "if": {"required": ["reason"], "properties": {"reason": {"type": "string"}}},
+        "then": {"required": ["force"], "properties": {"force": {"const": True}}},
+    },
     ("POST", f"{TASK}/sessions"): {"dependentRequired": {"owner_kind": ["owner_id"], "owner_id": ["owner_kind"]}},
 }
 

@@ -77,6 +77,8 @@ CURSORS = {
 EVENTS = "^/api/v1/events$"
 #: Schemathesis' default statuses for schema-valid data, plus 422 (see above).
 ACCEPTED = ["2XX", "3XX", 401, 403, 404, 409, 410, 422, 429, "5XX"]
+#: Schemathesis' default statuses for schema-violating data, plus 413 (a body over the size limit).
+REJECTED = [400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429, "5XX"]
 COMPACT = "^/api/v1/admin/compact$"
 BACKUP = "^/api/v1/admin/backup$"
 #: Operations the run leaves out, each with its reason in the module docstring.
@@ -93,6 +95,9 @@ def config_toml(tasks: list[str]) -> str:
         "database = \"none\"",
         "[checks.positive_data_acceptance]",
         f"expected-statuses = {json.dumps(ACCEPTED)}",
+        # Schema-violating data is refused; a violating body too large to read is refused as such.
+        "[checks.negative_data_rejection]",
+        f"expected-statuses = {json.dumps(REJECTED)}",
         "[phases.stateful]",
         f"max-steps = {STATEFUL_STEPS}",
         # Real names some of the time, so requests reach the commands (and generated ones the rest).
