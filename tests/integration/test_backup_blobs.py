@@ -21,6 +21,7 @@ from urllib.parse import quote
 import aiohttp
 import pytest
 
+from services.board.commands.attachments import pin_blobs
 from tests.support.board import API, VENV_BIN, BoardClient, RunningBoard, TaskdProcess, make_task
 from tests.support.waiting import async_wait_until
 
@@ -233,3 +234,14 @@ async def test_a_damaged_backup_is_refused_and_the_data_dir_is_untouched(
         k: v for k, v in before.items() if k not in transient
     }
     assert not (tmp_path / "escaped").exists()
+
+
+async def test_a_purge_during_a_backup_waits_until_the_copy_is_done(board: RunningBoard, client: BoardClient) -> None:
+    task = await make_task(client)
+    meta = await attach(client, task, "gone-soon.bin", b"removed while a backup copies")
+    path = blob_files(board.data_dir)[meta["sha256"]]
+    with pin_blobs(board.data_dir / "attachments") as pin:
+        reply = await client.request("DELETE", f"{API}/attachments/{meta['id']}")
+        assert reply.status == 200, reply.body
+        assert path.is_file(), "a blob the backup's snapshot may name stays until the copy holds it"
+    assert pin.deferred == [meta["sha256"]], "the purge held back is handed to the backup to re-issue"
