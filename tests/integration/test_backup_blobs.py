@@ -245,3 +245,19 @@ async def test_a_purge_during_a_backup_waits_until_the_copy_is_done(board: Runni
         assert reply.status == 200, reply.body
         assert path.is_file(), "a blob the backup's snapshot may name stays until the copy holds it"
     assert pin.deferred == [meta["sha256"]], "the purge held back is handed to the backup to re-issue"
+
+
+async def test_a_backup_from_before_blobs_travelled_is_installed_and_says_so(
+    board: RunningBoard, client: BoardClient, taskd: TaskdProcess, tmp_path: Path
+) -> None:
+    await attach(client, await make_task(client), "notes.txt", b"notes")
+    backup = tmp_path / "board.taskloom-backup"
+    reply = await client.post(f"{API}/admin/backup", {"path": str(backup)})
+    assert reply.status == 200, reply.body
+    with closing(sqlite3.connect(backup, isolation_level=None)) as conn:
+        conn.execute("DROP TABLE backup_blobs")  # what a backup written by an earlier release holds
+
+    restored = taskd_restore(backup, taskd.data_dir)
+    assert restored.returncode == 0, restored.stderr
+    assert "copy its attachments/ folder by hand" in restored.stderr
+    assert blob_files(taskd.data_dir) == {}
