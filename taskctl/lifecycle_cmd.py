@@ -124,18 +124,18 @@ def import_state(source: str) -> None:
 @click.command("backup")
 @click.argument("target", metavar="FILE")
 def backup(target: str) -> None:
-    """Copy the board's database to FILE while it keeps serving (a new file; fsynced).
+    """Copy the board's database and its attachments to FILE while it keeps serving (a new file; fsynced).
 
     \b
     Restore it with `taskd restore FILE --data-dir DIR` while the board is stopped: the
-    restored board gets a new board id, so every follower reloads instead of skipping.
-    Attachments live in the data directory's attachments/ folder: copy it too.
+    restored board gets a new board id, so every follower reloads instead of skipping, and
+    its attachments are written back into the data directory.
     """
     inv = current()
     result = inv.call("POST", "/admin/backup", {"path": os.path.abspath(target)})
     inv.out.result(result, lambda r: inv.out.echo(
         f"backed up board {r['board_id']} at revision {r['revision']} to {r['path']} "
-        f"({r['bytes']} bytes, {r['seconds']:.2f} s)"))
+        f"({r['bytes']} bytes, {r.get('blobs', 0)} attachment blobs, {r['seconds']:.2f} s)"))
 
 
 @click.command("compact")

@@ -8,14 +8,27 @@ and never finish under load). The copy is written beside the target, checked
 (``PRAGMA integrity_check``), fsynced, and renamed into place: a target either does not exist or
 is a whole backup. PostgreSQL boards are backed up with ``pg_dump`` instead.
 
+**One file is the whole board.** On SQLite the attachment bytes are files under
+``<data_dir>/attachments/``; the backup stores the bytes of every blob its snapshot names in a
+table of the copy only, ``backup_blobs (sha256, content)``, each checked against its digest as it
+is read. A blob that is missing or altered on disk fails the backup, naming it. While the copy is
+made the board's blob purges are held back (``pin_blobs``): a blob the snapshot names cannot be
+unlinked by a removal or replacement that commits after the snapshot.
+
 **Restore** (``taskd restore FILE --data-dir DIR``, board stopped) installs a backup and mints a
 new epoch: a new ``board_id``, with the one it replaces kept in ``board_meta``. A client whose
 cursor came from the lost future (revisions past the backup) would otherwise skip revisions once
-the restored board writes past it; with a new ``board_id`` every follower resets (SPEC §7.2).
+the restored board writes past it; with a new ``board_id`` every follower resets (SPEC §7.2). Before anything in the data directory
+changes, every blob in ``backup_blobs`` is checked against its digest and every attachment row
+must find its blob there; then ``backup_blobs`` is dropped from the installed file (the live
+schema has no such table), the blobs are written into ``attachments/`` (atomically, owner-only)
+and the database is installed. A backup taken before backups carried blobs has no
+``backup_blobs``: it is installed as before, and the result says its blobs were not in it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import sqlite3
 import time
@@ -25,7 +38,8 @@ from pathlib import Path
 from shared import limits
 from shared.errors import TaskloomError, validation
 
-from .files import fsync_file, move_atomic
+from .commands.attachments import blob_path, write_blob
+from .files import ensure_private_dir, fsync_file, move_atomic
 from .sqlite_store import SQLITE_MAGIC, migrate, verify_triggers
 from .store import utc_now
 
@@ -37,6 +51,42 @@ class BackupResult:
     revision: int
     bytes: int
     seconds: float
+    blobs: int = 0
+
+
+#: The table of a backup file that carries the attachment bytes; never part of a live board.
+BLOBS_TABLE = "backup_blobs"
+
+
+class BlobMissing(TaskloomError):
+    """An attachment row names a blob the attachments directory does not hold (or holds altered)."""
+
+    def __init__(self, sha256: str, path: Path, problem: str) -> None:
+        super().__init__(
+            "CONFLICT",
+            f"the blob {sha256} ({path}) {problem}: the backup cannot hold that attachment's bytes",
+            details={"sha256": sha256, "path": str(path)},
+            hint="no backup was written; restore the blob into the attachments directory, or remove the "
+                 "attachments that name it, and back up again",
+        )
+
+
+def _copy_blobs(copy: sqlite3.Connection, attachments_dir: Path) -> int:
+    """Store every blob the copy's attachment rows name inside the copy; returns how many."""
+    copy.execute(f"CREATE TABLE {BLOBS_TABLE} (sha256 TEXT PRIMARY KEY, content BLOB NOT NULL)")
+    digests = [row[0] for row in copy.execute("SELECT DISTINCT sha256 FROM attachments ORDER BY sha256")]
+    copy.execute("BEGIN")
+    for sha256 in digests:
+        path = blob_path(attachments_dir, sha256)
+        try:
+            content = path.read_bytes()
+        except FileNotFoundError:
+            raise BlobMissing(sha256, path, "is missing") from None
+        if hashlib.sha256(content).hexdigest() != sha256:
+            raise BlobMissing(sha256, path, "does not match its digest")
+        copy.execute(f"INSERT INTO {BLOBS_TABLE} (sha256, content) VALUES (?, ?)", (sha256, content))
+    copy.execute("COMMIT")
+    return len(digests)
 
 
 def check_path_text(path_text: str) -> Path:
@@ -63,8 +113,9 @@ def check_target(path_text: str) -> Path:
     return path
 
 
-def backup(database: Path, target: Path) -> BackupResult:
-    """Copy ``database`` to ``target`` (checked by :func:`check_target`) while writers go on."""
+def backup(database: Path, target: Path, attachments_dir: Path) -> BackupResult:
+    """Copy ``database`` and the blobs it names to ``target`` (checked by :func:`check_target`)
+    while writers go on. The caller holds ``pin_blobs(attachments_dir)`` from before the snapshot."""
     started = time.monotonic()
     temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     try:
@@ -79,6 +130,7 @@ def backup(database: Path, target: Path) -> BackupResult:
                 source.backup(copy, pages=-1)
                 # A backup is one self-contained file: no -wal beside it to lose on the way.
                 copy.execute("PRAGMA journal_mode = DELETE")
+                blobs = _copy_blobs(copy, attachments_dir)
                 # quick_check reads every page and record (a torn or short copy fails it) at half
                 # the CPU of integrity_check, which also cross-checks every index: CPU the board's
                 # writers share with the backup (tests run the full check on the copy).
@@ -97,7 +149,7 @@ def backup(database: Path, target: Path) -> BackupResult:
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    return BackupResult(target, board_id, revision, target.stat().st_size, time.monotonic() - started)
+    return BackupResult(target, board_id, revision, target.stat().st_size, time.monotonic() - started, blobs)
 
 
 class RestoreRefused(RuntimeError):
@@ -110,9 +162,56 @@ class RestoreResult:
     previous_board_id: str
     revision: int
     replaced: Path | None
+    #: Blobs the backup carried (written, or already in the attachments directory); None for a
+    #: backup from before backups carried blobs (its attachments/ must be copied by hand).
+    blobs: int | None = None
 
 
-def _check_backup(source: Path) -> None:
+def _carried_blobs(conn: sqlite3.Connection, source: Path) -> int | None:
+    """Check every blob ``source`` carries against its digest, and that each attachment row finds
+    its blob; returns how many it carries (None: the backup predates ``backup_blobs``)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (BLOBS_TABLE,)).fetchone() is None:
+        return None
+    count = 0
+    for sha256, content in conn.execute(f"SELECT sha256, content FROM {BLOBS_TABLE}"):
+        if not isinstance(content, bytes) or hashlib.sha256(content).hexdigest() != sha256:
+            raise RestoreRefused(f"{source} carries a damaged blob: its bytes do not match the digest {sha256!r}")
+        count += 1
+    missing = conn.execute(
+        f"SELECT a.id, a.sha256 FROM attachments a LEFT JOIN {BLOBS_TABLE} b ON b.sha256 = a.sha256"
+        " WHERE b.sha256 IS NULL ORDER BY a.id LIMIT 1"
+    ).fetchone()
+    if missing is not None:
+        raise RestoreRefused(f"{source} lacks the blob {missing[1]} of attachment {missing[0]}")
+    return count
+
+
+def _write_blobs(source: Path, attachments_dir: Path) -> list[Path]:
+    """Write the checked blobs of ``source`` into ``attachments_dir``; returns the files created
+    (a blob already there is the same bytes, content-addressed, and is kept)."""
+    ensure_private_dir(attachments_dir)
+    created: list[Path] = []
+    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    try:
+        try:
+            for sha256, content in conn.execute(f"SELECT sha256, content FROM {BLOBS_TABLE}"):
+                path = blob_path(attachments_dir, sha256)
+                if path.is_file():
+                    continue
+                if hashlib.sha256(content).hexdigest() != sha256:  # the file changed since it was checked
+                    raise RestoreRefused(f"{source} changed while it was restored (blob {sha256})")
+                write_blob(attachments_dir, content, sha256)
+                created.append(path)
+        except BaseException:
+            for path in created:
+                path.unlink(missing_ok=True)
+            raise
+    finally:
+        conn.close()
+    return created
+
+
+def _check_backup(source: Path) -> int | None:
     try:
         with open(source, "rb") as handle:
             magic = handle.read(len(SQLITE_MAGIC))
@@ -129,6 +228,7 @@ def _check_backup(source: Path) -> None:
             conn.execute("SELECT value FROM board_meta WHERE key = 'board_id'").fetchone()[0]
         except (sqlite3.Error, TypeError):
             raise RestoreRefused(f"{source} is not a Taskloom board (no board_id)") from None
+        return _carried_blobs(conn, source)
     finally:
         conn.close()
 
@@ -137,9 +237,10 @@ def restore(source: Path, data_dir: Path) -> RestoreResult:
     """Install ``source`` as ``data_dir``'s database with a new epoch. The board must be stopped
     (the caller holds the data directory's lock). The file it replaces is kept beside it."""
     source = source.absolute()
-    _check_backup(source)
+    blobs = _check_backup(source)
     database = data_dir / "board.sqlite"
     incoming = data_dir / f".board.sqlite.restore-{secrets.token_hex(4)}.tmp"
+    created: list[Path] = []
     try:
         reader = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
         try:
@@ -150,6 +251,8 @@ def restore(source: Path, data_dir: Path) -> RestoreResult:
                 copy.close()
         finally:
             reader.close()
+        if blobs is not None:
+            _drop_blobs(incoming)
         migrate(incoming)  # a backup from an older schema is brought up to this one first
         verify_triggers(incoming)
         conn = sqlite3.connect(incoming, isolation_level=None)
@@ -171,13 +274,28 @@ def restore(source: Path, data_dir: Path) -> RestoreResult:
         for suffix in ("-wal", "-shm"):
             Path(f"{incoming}{suffix}").unlink(missing_ok=True)
         fsync_file(incoming)
+        if blobs is not None:
+            # Last before the database: every check has passed, and the blobs a board names must
+            # be on disk before the board is.
+            created = _write_blobs(source, data_dir / "attachments")
         replaced = _set_aside(database)
         move_atomic(incoming, database)
     except BaseException:
-        for leftover in (incoming, Path(f"{incoming}-wal"), Path(f"{incoming}-shm")):
+        for leftover in (incoming, Path(f"{incoming}-wal"), Path(f"{incoming}-shm"), *created):
             leftover.unlink(missing_ok=True)
         raise
-    return RestoreResult(board_id, previous, revision, replaced)
+    return RestoreResult(board_id, previous, revision, replaced, blobs)
+
+
+def _drop_blobs(incoming: Path) -> None:
+    """The installed file gets the live schema: no ``backup_blobs``, and no free pages its bytes
+    left behind (VACUUM rewrites the file without them)."""
+    conn = sqlite3.connect(incoming, isolation_level=None)
+    try:
+        conn.execute(f"DROP TABLE {BLOBS_TABLE}")
+        conn.execute("VACUUM")
+    finally:
+        conn.close()
 
 
 def _set_aside(database: Path) -> Path | None:

@@ -16,6 +16,7 @@ import structlog
 from aiohttp import web
 
 from shared import knobs
+from shared.errors import TaskloomError
 from shared.paths import BOARD_POINTER, runtime_dir
 from shared.paths import data_dir as default_data_dir
 
@@ -297,15 +298,17 @@ def restore_command(backup_file: Path, data_dir: Path | None, database: str | No
         raise click.ClickException(str(exc)) from exc
     try:
         result = restore(backup_file, directory)
-    except (RestoreRefused, SchemaTooNew, SchemaDamaged, sqlite3.Error) as exc:
+    except (RestoreRefused, SchemaTooNew, SchemaDamaged, sqlite3.Error, TaskloomError, OSError) as exc:
         raise click.ClickException(f"{exc}; nothing was changed") from exc
     finally:
         lock.release()
     log.info("board_restored", board_id=result.board_id, previous_board_id=result.previous_board_id,
-             revision=result.revision, source=str(backup_file))
+             revision=result.revision, blobs=result.blobs, source=str(backup_file))
     kept = f"; the replaced database is kept as {result.replaced}" if result.replaced else ""
+    blobs = (f", {result.blobs} attachment blobs" if result.blobs is not None
+             else "; this backup predates backups that carry attachments: copy its attachments/ folder by hand")
     click.echo(f"restored {backup_file} into {directory}: board {result.board_id} (was {result.previous_board_id}), "
-               f"revision {result.revision}{kept}", err=True)
+               f"revision {result.revision}{blobs}{kept}", err=True)
 
 
 if __name__ == "__main__":

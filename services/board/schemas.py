@@ -429,6 +429,7 @@ RESPONSES: Final[dict[tuple[str, str], dict[str, Any]]] = {
     ("POST", f"{PREFIX}/admin/backup"): closed({
         "path": STRING, "board_id": STRING, "revision": INTEGER, "bytes": INTEGER,
         "seconds": {"type": "number", "minimum": 0},
+        "blobs": {"type": "integer", "minimum": 0},
     }),
     ("POST", f"{PREFIX}/admin/compact"): closed({
         "floor": INTEGER, "previous_floor": INTEGER, "through": INTEGER, "removed": INTEGER,

@@ -49,6 +49,8 @@ STORE_WRITERS: dict[tuple[str, str], str] = {
     ("services/board/backup.py", "backup"): "the backup's own copy (its journal mode), not the board's file",
     ("services/board/backup.py", "restore"): "a new epoch (board_id) is board identity, not an event; the board is stopped",
     ("services/board/backup.py", "_set_aside"): "folds the replaced file's WAL in before it is set aside; the board is stopped",
+    ("services/board/backup.py", "_copy_blobs"): "the attachment bytes written into the backup's own copy, not the board's file",
+    ("services/board/backup.py", "_drop_blobs"): "drops the backup-only blob table from the file being installed; the board is stopped",
     ("services/board/compaction.py", "raise_floor"):
         "retention moves the floor and removes archived rows: no card changes, no revision moves (SPEC §12)",
     ("services/board/compaction.py", "set_retention"):

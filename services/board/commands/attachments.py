@@ -18,6 +18,7 @@ import errno
 import hashlib
 import re
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -127,6 +128,49 @@ def write_blob(root: Path, data: bytes, sha256: str | None = None) -> str:
                     directory.rmdir()
             raise store_unavailable(exc) from exc
     return sha256
+
+
+class BlobPin:
+    """While a backup copies blobs, none it may name is unlinked; what a purge skipped meanwhile
+    is listed in ``deferred`` once the last pin on that directory is released."""
+
+    def __init__(self) -> None:
+        self.deferred: list[str] = []
+
+
+#: Pinned attachment directories: how many backups hold each, and the purges they held back.
+#: A purge checks the pins and unlinks under this lock, so a blob is either gone before a
+#: backup's snapshot (and no row in it names the blob) or still on disk until the backup ends.
+_PINS_LOCK = threading.Lock()
+_PINS: dict[Path, tuple[int, set[str]]] = {}
+
+
+@contextlib.contextmanager
+def pin_blobs(root: Path) -> Iterator[BlobPin]:
+    """Hold back every blob purge under ``root`` for the block; the caller re-issues the deferred
+    purges on the writer thread afterwards (a left-over blob is harmless, a missing one is not)."""
+    pin = BlobPin()
+    with _PINS_LOCK:
+        count, skipped = _PINS.get(root, (0, set()))
+        _PINS[root] = (count + 1, skipped)
+    try:
+        yield pin
+    finally:
+        with _PINS_LOCK:
+            count, skipped = _PINS.pop(root)
+            if count > 1:
+                _PINS[root] = (count - 1, skipped)
+            else:
+                pin.deferred = sorted(skipped)
+
+
+def _unlink_unless_pinned(root: Path, sha256: str) -> None:
+    with _PINS_LOCK:
+        pinned = _PINS.get(root)
+        if pinned is not None:
+            pinned[1].add(sha256)
+            return
+        blob_path(root, sha256).unlink(missing_ok=True)
 
 
 # -- reads --------------------------------------------------------------------------------------
@@ -257,5 +301,5 @@ def purge_blob(tx: Tx, sha256: str, root: Path) -> bool:
     if blobs_in_database(tx):
         tx.execute("DELETE FROM attachment_blobs WHERE sha256 = ?", (sha256,))
         return True
-    blob_path(root, sha256).unlink(missing_ok=True)
+    _unlink_unless_pinned(root, sha256)
     return True

@@ -23,9 +23,10 @@ from shared.errors import TaskloomError
 from .. import auth, backup, compaction
 from ..api import PREFIX, Call, F, Route
 from ..client_stream import TOKEN_ROTATED
+from ..commands import attachments
 from ..keys import CREDENTIALS, STREAMS
 from ..queries import activities
-from ..store import SharedSecrets
+from ..store import SYSTEM_ACTOR, SharedSecrets
 
 log = structlog.get_logger("taskd")
 #: When this process started serving, for the status answer's uptime.
@@ -108,11 +109,18 @@ async def take_backup(call: Call) -> Any:
     _sqlite_only(call)
     target = backup.check_target(call.body["path"])
     loop = asyncio.get_running_loop()
-    result = await loop.run_in_executor(None, backup.backup, call.settings.database_path, target)
+    root = call.settings.attachments_dir
+    # Pinned from before the snapshot: a blob it names stays on disk until the copy holds it.
+    try:
+        with attachments.pin_blobs(root) as pin:
+            result = await loop.run_in_executor(None, backup.backup, call.settings.database_path, target, root)
+    finally:
+        for sha256 in pin.deferred:  # the purges held back, on the writer thread as always
+            await call.store.command(attachments.purge_blob, SYSTEM_ACTOR, sha256, root)
     log.info("backup_taken", actor=f"{actor.kind}:{actor.id}", path=str(result.path), revision=result.revision,
              seconds=round(result.seconds, 3))
     return {"path": str(result.path), "board_id": result.board_id, "revision": result.revision,
-            "bytes": result.bytes, "seconds": round(result.seconds, 6)}
+            "bytes": result.bytes, "seconds": round(result.seconds, 6), "blobs": result.blobs}
 
 
 async def compact_log(call: Call) -> Any:

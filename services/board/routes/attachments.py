@@ -91,7 +91,7 @@ async def download(call: Call) -> web.StreamResponse:
             "NOT_FOUND",
             f"the content of attachment {meta['id']} is missing from {path.parent}",
             details={"attachment": meta["id"], "sha256": meta["sha256"]},
-            hint="restore the data directory's attachments/ folder from a backup",
+            hint="a backup (taskctl board backup) carries every blob; taskd restore writes them back",
         )
     return web.FileResponse(path, headers=headers)
 
