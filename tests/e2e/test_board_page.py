@@ -17,7 +17,7 @@ import pytest
 from services.board.commands import tasks as task_commands
 from services.board.sqlite_store import SqliteStore
 from services.board.store import Actor
-from tests.e2e.support_browser import Api, launch_browser
+from tests.e2e.support_browser import Api
 from tests.support.board import TaskdProcess
 
 pytestmark = pytest.mark.e2e
@@ -44,11 +44,6 @@ class Board:
 
     def task(self, title: str, **fields: Any) -> dict[str, Any]:
         return self.api.post("/tasks", {"project": "demo", "title": title, **fields})
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launch_browser()
 
 
 @pytest.fixture

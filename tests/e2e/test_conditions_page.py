@@ -8,13 +8,12 @@ frame leaves ``EventSource.lastEventId`` as it was; after a reconnect the page r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.support_browser import Api, launch_browser
+from tests.e2e.support_browser import Api
 from tests.support.board import TaskdProcess
 
 pytestmark = pytest.mark.e2e
@@ -24,11 +23,6 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 #: The claim freshness window for this board's project, seconds: a claim with no heartbeat goes
 #: stale this long after it was taken.
 STALE_AFTER = 1
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launch_browser()
 
 
 def card(page: Any, identifier: str) -> Any:

@@ -8,13 +8,12 @@ received is counted by id.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from shared.events import WIRE_NOISE
-from tests.e2e.support_browser import TIMEOUT_MS, Api, launch_browser, log_in
+from tests.e2e.support_browser import TIMEOUT_MS, Api, log_in
 from tests.support.board import TaskdProcess
 
 pytestmark = pytest.mark.e2e
@@ -22,11 +21,6 @@ pytestmark = pytest.mark.e2e
 #: Seconds each stream lives: the browser's reconnect (retry 1000 ms) comes round within the test.
 STREAM_LIFETIME = "1.5"
 RECONNECT_TIMEOUT_MS = 20_000
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launch_browser()
 
 
 def streamed_revisions(api: Api, after: int) -> list[int]:

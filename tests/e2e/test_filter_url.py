@@ -4,22 +4,15 @@ shows the same cards; `/` focuses it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tests.e2e.support_browser import launch_browser
 from tests.e2e.support_page import Board, open_page, start_board
 from tests.support.board import TaskdProcess
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launch_browser()
 
 
 @pytest.fixture

@@ -6,22 +6,16 @@ inside the page's CSP, never the API's JSON error. The link says how long it liv
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from services.board.auth import LOGIN_CODE_TTL, Credentials, new_token
-from tests.e2e.support_browser import TIMEOUT_MS, Api, launch_browser, log_in
+from tests.e2e.support_browser import TIMEOUT_MS, Api, log_in
 from tests.support.board import TaskdProcess
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launch_browser()
 
 
 def watched_page(context: Any) -> tuple[Any, list[str]]:

@@ -6,23 +6,17 @@ browser, and land on a page that says how to log in again, all within the page's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.support_browser import TIMEOUT_MS, Api, launch_browser, log_in
+from tests.e2e.support_browser import TIMEOUT_MS, Api, log_in
 from tests.support.board import TaskdProcess
 
 pytestmark = pytest.mark.e2e
 
 COOKIE_PREFIX = "taskloom_session_"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launch_browser()
 
 
 def session_cookies(context: Any) -> list[dict[str, Any]]:

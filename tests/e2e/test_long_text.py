@@ -5,14 +5,13 @@ drawer opens. The card and the feed show a capped start; the drawer shows all of
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from services.board import ui
 from shared import limits
-from tests.e2e.support_browser import launch_browser
 from tests.e2e.support_page import Board, card, open_page, start_board
 from tests.support.board import TaskdProcess
 
@@ -33,11 +32,6 @@ window.__long = [];
 new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__long.push(Math.round(e.duration)); })
   .observe({ type: 'longtask', buffered: true });
 """
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launch_browser()
 
 
 @pytest.fixture

@@ -5,12 +5,10 @@ reports, dialogs), and the drawn DOM is searched for anything executable."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.e2e.support_browser import launch_browser
 from tests.e2e.support_page import Board, card, open_page, start_board
 from tests.support.board import TaskdProcess
 
@@ -56,11 +54,6 @@ FIND_EXECUTABLE = """() => {
   }
   return found;
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launch_browser()
 
 
 @pytest.fixture

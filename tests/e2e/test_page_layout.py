@@ -3,22 +3,15 @@ below 1600 px, identifiers on one line, folded terminal columns, and an epic's `
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from shared import domain
-from tests.e2e.support_browser import launch_browser
 from tests.e2e.support_page import Board, card, open_page, start_board
 from tests.support.board import TaskdProcess
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launch_browser()
 
 
 @pytest.fixture

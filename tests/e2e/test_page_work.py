@@ -4,21 +4,14 @@ drag and drop meaning the transition, the board's refusal on the card, and the k
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.e2e.support_browser import launch_browser
 from tests.e2e.support_page import Board, card, open_page, start_board
 from tests.support.board import TaskdProcess
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from launch_browser()
 
 
 @pytest.fixture
