@@ -378,10 +378,21 @@ class PostgresStore(WriterStore):
         except StoreUnreachable as exc:
             raise psycopg.OperationalError(str(exc)) from exc
 
-    def _begin(self, conn: PgConnection) -> None:
-        # The revision lock first, before any other row lock: commit order = revision order, no
-        # deadlock. One round trip: a script without parameters goes as one simple query.
-        conn.raw.execute(b"BEGIN; SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE")
+    def _begin(self, conn: PgConnection, *then: str) -> int:
+        # The revision lock first, before any other row lock (commit order = revision order, no
+        # deadlock) and before any savepoint in ``then``: a lock taken inside a savepoint would go
+        # with a rollback to it. One round trip: a script without parameters goes as one simple
+        # query; its cursor starts at BEGIN's result, the lock's row is the next one.
+        script = "; ".join(("BEGIN", "SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE", *then))
+        cursor = conn.raw.execute(script.encode())
+        cursor.nextset()
+        row = cursor.fetchone()
+        assert row is not None, "the schema has exactly one global_revision row"
+        return int(row[0])
+
+    def _steps(self, conn: PgConnection, *statements: str) -> None:
+        if statements:
+            conn.raw.execute("; ".join(statements).encode())  # one simple query, one round trip
 
     def _commit(self, conn: PgConnection, revision: int) -> None:
         if not revision:
