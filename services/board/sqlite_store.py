@@ -295,8 +295,9 @@ class SqliteStore(WriterStore):
     def _writer_conn(self) -> sqlite3.Connection:
         return self._conn()
 
-    def _begin(self, conn: sqlite3.Connection) -> None:
+    def _begin(self, conn: sqlite3.Connection, *then: str) -> None:
         conn.execute("BEGIN IMMEDIATE")
+        self._steps(conn, *then)
 
     def _in_transaction(self, conn: sqlite3.Connection) -> bool:
         return conn.in_transaction

@@ -149,12 +149,24 @@ class Tx:
         project_id: str | None,
         actor: Actor | None = None,
     ) -> int:
-        """Append one activity row; it carries the revision its own insert produces."""
+        """Append one activity row; it carries the revision its own insert produces.
+
+        One statement: the revision is read inside the INSERT and returned with the row's id, so a
+        PostgreSQL writer pays one round trip per row, not two. The frame-size backstop needs the
+        revision, so it is judged on what was inserted; refusing then raises inside the command,
+        whose rollback takes the row away again (nothing is written).
+        """
         if event not in EVENT_SET:
             raise ValueError(f"undeclared event {event!r}")
         who = actor or self.actor
-        revision: int = self.conn.execute("SELECT revision + 1 FROM global_revision WHERE singleton = 1").fetchone()[0]
         changes_json = orjson.dumps(changes)
+        row = self.conn.execute(
+            "INSERT INTO task_activities (task_id, project_id, actor_kind, actor_id, event, changes_json, revision,"
+            " created_at) VALUES (?, ?, ?, ?, ?, ?, (SELECT revision + 1 FROM global_revision WHERE singleton = 1), ?)"
+            " RETURNING id, revision",
+            (task_id, project_id, who.kind, who.id, event, changes_json.decode(), self.now),
+        ).fetchone()
+        row_id, revision = int(row[0]), int(row[1])
         frame_size = len(changes_json) + len(
             orjson.dumps({
                 "id": revision, "revision": revision, "task_id": task_id, "project_id": project_id,
@@ -162,31 +174,26 @@ class Tx:
             })
         )
         if len(changes_json) > MAX_CHANGES_BYTES or frame_size > MAX_ACTIVITY_BYTES:
-            # The backstop of shared/limits.py: a row this large would not fit the frames and lines
-            # downstream, and would stall every stream at its revision. The field limits keep every
-            # command below it; refusing here writes nothing.
-            raise TaskloomError(
-                "VALIDATION_FAILED",
-                f"this change would write a {event} row of {frame_size} bytes; at most {MAX_ACTIVITY_BYTES} fit a frame",
-                details={"event": event, "size": frame_size, "limit": MAX_ACTIVITY_BYTES},
-                hint="send less text at once",
-            )
-        insert = (
-            "INSERT INTO task_activities (task_id, project_id, actor_kind, actor_id, event, changes_json, revision,"
-            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-        )
-        values = (task_id, project_id, who.kind, who.id, event, changes_json.decode(), revision, self.now)
-        if self.encode is None:
-            self.conn.execute(insert, values)
-        else:
-            # The frame needs the row's id, which the schema assigns: both engines return it.
-            row_id = self.conn.execute(insert + " RETURNING id", values).fetchone()[0]
+            _refuse_oversized(event, frame_size)
+        if self.encode is not None:
             self.encoded.append(self.encode(
                 row_id, revision, task_id, project_id, who.kind, who.id, event, changes_json, self.now
             ))
         self.appended.append(revision)
         self.scopes.append((project_id, task_id, event))
         return revision
+
+
+def _refuse_oversized(event: str, frame_size: int) -> None:
+    """The backstop of shared/limits.py: a row this large would not fit the frames and lines
+    downstream, and would stall every stream at its revision. The field limits keep every command
+    below it."""
+    raise TaskloomError(
+        "VALIDATION_FAILED",
+        f"this change would write a {event} row of {frame_size} bytes; at most {MAX_ACTIVITY_BYTES} fit a frame",
+        details={"event": event, "size": frame_size, "limit": MAX_ACTIVITY_BYTES},
+        hint="send less text at once",
+    )
 
 
 CommitListener = Callable[[int], None]
@@ -336,9 +343,16 @@ class WriterStore:
         """The writer thread's connection (made again if the last one broke)."""
         raise NotImplementedError
 
-    def _begin(self, conn: Any) -> None:
-        """Start a writing transaction that holds the engine's write lock from its first statement."""
+    def _begin(self, conn: Any, *then: str) -> int | None:
+        """Start a writing transaction that holds the engine's write lock from its first statement,
+        then run the statements ``then`` (which return nothing). Returns the head revision the lock
+        was taken at when the engine reads it in doing so (PostgreSQL), else None."""
         raise NotImplementedError
+
+    def _steps(self, conn: Any, *statements: str) -> None:
+        """Run statements that return nothing, in order (savepoints); PostgreSQL sends them at once."""
+        for statement in statements:
+            conn.execute(statement)
 
     def _commit(self, conn: Any, revision: int) -> None:
         """COMMIT a batch whose last appended revision is ``revision`` (0: none); PostgreSQL adds its NOTIFY."""
@@ -480,9 +494,11 @@ class WriterStore:
         """
         self.batches += 1
         self.batched_commands += len(batch)
+        # A lone command needs no savepoint: its refusal rolls back the transaction itself.
+        savepoints = len(batch) > 1
         try:
             conn = self._writer_conn()
-            self._begin(conn)
+            locked_at = self._begin(conn, *(("SAVEPOINT command",) if savepoints else ()))
         except self.driver_error as exc:
             # Another process holds the write lock past busy_timeout, or the file is unusable.
             for job in batch:
@@ -495,17 +511,16 @@ class WriterStore:
         began = 0
         if encode is not None:
             try:
-                began = _head(conn)
+                began = _head(conn) if locked_at is None else locked_at
             except self.driver_error:
                 encode = None  # no hand-off for this batch; the log reader reads it
-        # A lone command needs no savepoint: its refusal rolls back the transaction itself.
-        savepoints = len(batch) > 1
         for position, job in enumerate(batch):
             # Each command's own clock reading, taken under the write lock: commit times follow
             # revision order inside a batch and across processes.
             tx = Tx(conn, job.actor, self.clock(), encode=encode)
-            if savepoints:
-                conn.execute("SAVEPOINT command")
+            # The savepoint of the next command is set as this one's is released (or rolled back
+            # to): one step between commands. The last one's is released by COMMIT.
+            following = ("SAVEPOINT command",) if position + 1 < len(batch) else ()
             try:
                 job.result = job.fn(tx, *job.args, **job.kwargs)
                 self._run_hook(tx)
@@ -519,14 +534,13 @@ class WriterStore:
                         earlier.lose(batch_lost(exc))
                     return self._run_rest(batch[position + 1:])
                 if savepoints:
-                    conn.execute("ROLLBACK TO command")
-                    conn.execute("RELEASE command")
+                    self._steps(conn, "ROLLBACK TO command", "RELEASE command", *following)
                 else:
                     conn.execute("ROLLBACK")
                     return 0
                 continue
-            if savepoints:
-                conn.execute("RELEASE command")
+            if savepoints and following:
+                self._steps(conn, "RELEASE command", *following)
             job.appended = tx.appended
             job.effects = tx.effects
             job.encoded = tx.encoded
@@ -553,10 +567,11 @@ class WriterStore:
         """
         frames = tuple(frame for job in batch for frame in job.encoded)
         try:
-            end = _head(conn)
-            rows: int = conn.execute(
-                "SELECT count(*) FROM task_activities WHERE revision > ?", (began,)
-            ).fetchone()[0]
+            end, rows = conn.execute(
+                "SELECT (SELECT revision FROM global_revision WHERE singleton = 1), count(*)"
+                " FROM task_activities WHERE revision > ?",
+                (began,),
+            ).fetchone()
         except self.driver_error:
             return None  # the commit is not this check's to fail: the log reader will read it
         return (began, end, frames) if rows == len(frames) else None

@@ -156,6 +156,54 @@ def test_a_lone_refused_command_on_the_writer_thread_writes_nothing(board: Write
     assert raw.execute("SELECT version FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0] == 2
 
 
+def test_refused_commands_inside_one_batch_take_only_their_own_writes_back(board: WriterStore, raw: Raw) -> None:
+    """Group commit: each command of a batch has its own savepoint, set and released between
+    commands in one step; a refusal in the middle or at the end rolls back that command only."""
+    task = new_task(board)
+    started, release = threading.Event(), threading.Event()
+    before = counts(raw)
+
+    def hold(tx: Tx) -> None:
+        started.set()
+        release.wait(10)
+
+    def write_then_refuse(tx: Tx, title: str) -> None:
+        tasks.update_task(tx, task["id"], title=title)
+        raise validation(f"not {title}")
+
+    async def five_queued() -> bool:
+        return board.queued == 5
+
+    async def scenario() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        held = asyncio.ensure_future(board.command(hold, ANN))
+        await loop.run_in_executor(None, started.wait, 10)
+        batches = board.batches
+        queued = [
+            asyncio.ensure_future(board.command(tasks.update_task, ANN, task["id"], title="first")),
+            asyncio.ensure_future(board.command(write_then_refuse, ANN, "second")),
+            asyncio.ensure_future(board.command(tasks.move_task, ANN, task["id"], to="in_progress")),
+            asyncio.ensure_future(board.command(tasks.update_task, ANN, task["id"], title="fourth")),
+            asyncio.ensure_future(board.command(write_then_refuse, ANN, "fifth")),
+        ]
+        await async_wait_until(five_queued, what="five commands queued behind the held writer")
+        release.set()
+        await held
+        outcomes = await asyncio.gather(*queued, return_exceptions=True)
+        assert board.batches == batches + 1, "the five ran as one batch"
+        return outcomes
+
+    first, second, third, fourth, fifth = asyncio.run(scenario())
+    assert first["title"] == "first" and fourth["title"] == "fourth"
+    assert isinstance(second, TaskloomError) and "not second" in second.message
+    assert isinstance(third, TaskloomError) and third.code == "INVALID_TRANSITION"
+    assert isinstance(fifth, TaskloomError) and "not fifth" in fifth.message
+    row = raw.execute("SELECT title, version FROM tasks WHERE id = ?", (task["id"],)).fetchone()
+    assert (row[0], row[1]) == ("fourth", 3)
+    events_written = [r[0] for r in raw.execute("SELECT event FROM task_activities ORDER BY id")][before[0]:]
+    assert events_written == ["task_updated", "task_updated"]
+
+
 def test_close_lets_queued_commands_commit_then_refuses_new_ones(board: WriterStore, raw: Raw) -> None:
     started, release = threading.Event(), threading.Event()
 
