@@ -175,7 +175,8 @@ SQLITE_ONLY_MARKS = ("raw_connection", "sqlite3.", "board.sqlite", "data_version
 
 
 def deselect_sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``TASKLOOM_TEST_ENGINE=postgresql``, leave out the tests that open the SQLite file."""
+    """Under ``TASKLOOM_TEST_ENGINE=postgresql``, leave out the tests that open the SQLite file,
+    and those marked ``sqlite_only`` (a failure only a file can have)."""
     if test_engine() != "postgresql":
         return
     def source(obj: object) -> str:
@@ -198,7 +199,8 @@ def deselect_sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> Non
                                } if module is not None else set()
         text = source(function) if function is not None else ""
         uses_helper = any(f"{name}(" in text for name in helpers[module])
-        (drop if sqlite_only(text) or uses_helper else keep).append(item)
+        marked = item.get_closest_marker("sqlite_only") is not None
+        (drop if marked or sqlite_only(text) or uses_helper else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

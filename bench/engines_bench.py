@@ -12,7 +12,7 @@
 PostgreSQL is a throwaway cluster started for the run (``tests/support/postgres.py``: initdb in a
 temp dir, loopback port, fsync off, as the test suite runs it).
 
-    .venv/bin/python -m bench.store_engines
+    .venv/bin/python -m bench engines
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import orjson
 from bench.http_bench import client_loop
 from shared.sse import SSEMessage, SSEParser
 
-COMMAND = ".venv/bin/python -m bench.store_engines"
+COMMAND = ".venv/bin/python -m bench engines"
 CLIENTS = 16
 SECONDS = 8.0
 WARMUP_SECONDS = 1.0
