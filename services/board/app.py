@@ -237,11 +237,8 @@ async def share_credentials(app: web.Application) -> None:
             return
         await loop.run_in_executor(None, auth.write_token, settings.token_path, stored)
         credentials.replace_token(stored)
-        registry = app[STREAMS]
-        streams = list(registry)
-        for stream in streams:
-            stream.end(TOKEN_ROTATED)
-        log.info("token_rotated_elsewhere", fingerprint=auth.token_fingerprint(stored), streams_closed=len(streams))
+        closed = app[STREAMS].end_where(TOKEN_ROTATED)
+        log.info("token_rotated_elsewhere", fingerprint=auth.token_fingerprint(stored), streams_closed=closed)
 
     pending: set[asyncio.Task[None]] = set()
 

@@ -8,7 +8,7 @@ runs before cleanup) every open stream gets ``event: shutdown`` and is closed (S
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Final
 
 import structlog
@@ -54,6 +54,17 @@ class StreamRegistry:
 
     def __iter__(self) -> Iterator[Stream]:
         return iter(list(self._streams))
+
+    def end_where(self, reason: str, keep: Callable[[Stream], bool] = lambda stream: False) -> int:
+        """End every open stream ``keep`` does not spare, telling each ``reason``; how many ended.
+
+        Credentials that stop being valid (a rotated token, a logged-out session) end the streams
+        they opened: a stream is authenticated once, when it starts.
+        """
+        ending = [stream for stream in self._streams if not keep(stream)]
+        for stream in ending:
+            stream.end(reason)
+        return len(ending)
 
     def check_capacity(self) -> None:
         if len(self._streams) >= self.max_streams:

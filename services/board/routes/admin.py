@@ -48,12 +48,9 @@ async def rotate_token(call: Call) -> Any:
     call.request.app[CREDENTIALS].replace_token(token)
     # Every open stream was authenticated with the old token (or a session it signed): without
     # this, a holder of the old token would keep reading the board until its stream ended.
-    registry = call.request.app[STREAMS]
-    streams = list(registry)
-    for stream in streams:
-        stream.end(TOKEN_ROTATED)
+    closed = call.request.app[STREAMS].end_where(TOKEN_ROTATED)
     log.info("token_rotated", actor=f"{actor.kind}:{actor.id}", fingerprint=auth.token_fingerprint(token),
-             streams_closed=len(streams))
+             streams_closed=closed)
     return {"rotated": True, "token_file": str(path)}
 
 

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from ..api import PREFIX, Call, Route, json_response
 from ..auth import LOGIN_CODE_TTL
-from ..client_stream import SESSION_ENDED
+from ..client_stream import SESSION_ENDED, Stream
 from ..keys import CREDENTIALS, SESSION, STREAMS
 from ..openapi import describe
 from ..queries import activities
@@ -49,10 +49,11 @@ async def logout(call: Call) -> web.StreamResponse:
     if session is not None:
         await credentials.end_session(session)
         # A stream opened with this session would otherwise keep reading the board.
-        for stream in call.request.app[STREAMS]:
+        def other_credentials(stream: Stream) -> bool:
             opened_with = stream.request.get(SESSION)
-            if opened_with is not None and opened_with.nonce == session.nonce:
-                stream.end(SESSION_ENDED)
+            return opened_with is None or opened_with.nonce != session.nonce
+
+        call.request.app[STREAMS].end_where(SESSION_ENDED, keep=other_credentials)
     call.request[SESSION] = None  # no renewed cookie on this answer
     response = json_response({"logged_out": session is not None})
     response.del_cookie(credentials.cookie_name, path="/", httponly=True, samesite="Strict")
