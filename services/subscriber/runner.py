@@ -220,7 +220,11 @@ class Subscriber:
         try:
             while True:
                 try:
-                    record = await asyncio.wait_for(anext(stream), self.timing.silence_timeout)
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+                    # cancellation that arrives as the record does, and the subscriber would
+                    # then outlive its stop.
+                    async with asyncio.timeout(self.timing.silence_timeout):
+                        record = await anext(stream)
                 except StopAsyncIteration:
                     return
                 except TimeoutError:

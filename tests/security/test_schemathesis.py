@@ -24,6 +24,10 @@ What the run configures, and why (nothing else is turned off):
 - A cursor below the retention floor is answered 410 ``CURSOR_EXPIRED`` (SPEC §6.2): the run
   itself may compact the log (``POST /api/v1/admin/compact``), and the floor is state too. For the
   same reason a compaction ``through`` a revision above the head may be 400.
+- ``POST /api/v1/tasks/{ref}/deliver`` may answer 400 to ``force: false`` with a ``reason``: a
+  reason explains a forced delivery past open blockers only (docs/conditions.md). The document
+  says a reason needs ``force``; that it needs ``force: true`` would take a conditional schema,
+  which the coverage phase expands into tens of thousands of cases.
 - ``POST /api/v1/admin/backup`` is left out: it writes a file wherever its ``path`` says, and
   a generated absolute path would write on the machine running the tests (its coverage phase
   does not take a fixed value). Its refusals (relative, a directory, a missing directory, an
@@ -80,6 +84,7 @@ ACCEPTED = ["2XX", "3XX", 401, 403, 404, 409, 410, 422, 429, "5XX"]
 #: Schemathesis' default statuses for schema-violating data, plus 413 (a body over the size limit).
 REJECTED = [400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429, "5XX"]
 COMPACT = "^/api/v1/admin/compact$"
+DELIVER = "^/api/v1/tasks/\\{ref\\}/deliver$"
 BACKUP = "^/api/v1/admin/backup$"
 #: Operations the run leaves out, each with its reason in the module docstring.
 LEFT_OUT = (("POST", BACKUP),)
@@ -125,6 +130,9 @@ def config_toml(tasks: list[str]) -> str:
         f"checks.positive_data_acceptance.expected-statuses = {json.dumps([*ACCEPTED, 400])}",
         "[[operations]]",
         f"include-path-regex = {json.dumps(COMPACT)}",
+        f"checks.positive_data_acceptance.expected-statuses = {json.dumps([*ACCEPTED, 400])}",
+        "[[operations]]",
+        f"include-path-regex = {json.dumps(DELIVER)}",
         f"checks.positive_data_acceptance.expected-statuses = {json.dumps([*ACCEPTED, 400])}",
         "[[operations]]",
         f"include-path-regex = {json.dumps(BACKUP)}",
