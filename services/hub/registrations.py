@@ -152,6 +152,9 @@ class Registrations:
         #: Renders and writes done (the bench and the tests read these).
         self.renders = 0
         self.writes = 0
+        #: When the latest renders began (monotonic): the refresh floor is measured here, where it
+        #: is kept, not where a follower's delivery jitter would blur it.
+        self.render_starts: deque[float] = deque(maxlen=1024)
 
     def count(self) -> int:
         return self._count
@@ -366,6 +369,7 @@ class Registrations:
 
     async def render(self, ref: str) -> Rendered:
         """The board's brief of one card; ``RenderFailed`` says whether trying again can help."""
+        self.render_starts.append(time.monotonic())
         try:
             async with self._session().post(f"{self._url}/api/v1/export", json={"ref": ref}) as response:
                 body = await response.read()

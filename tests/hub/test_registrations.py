@@ -442,6 +442,7 @@ async def test_batches_respect_the_floor_and_coalesce(board: RunningBoard, clien
         await watch(raw, ref=task["identifier"], out=str(out))
         await next_refresh(raw)
         renders = hub.registrations.renders
+        first_render = len(hub.registrations.render_starts)
         arrivals: list[float] = []
 
         async def timestamp_refreshes() -> None:
@@ -459,8 +460,11 @@ async def test_batches_respect_the_floor_and_coalesce(board: RunningBoard, clien
         finally:
             clock.cancel()
         spent = time.monotonic() - started
-        gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
-        assert len(arrivals) >= 2 and all(gap >= floor - 0.05 for gap in gaps), gaps
+        # The floor holds between the renders themselves; the refreshes a follower reads arrive
+        # with its own delivery jitter on top, so they only show that batches reached it.
+        starts = list(hub.registrations.render_starts)[first_render:]
+        gaps = [b - a for a, b in zip(starts, starts[1:])]
+        assert len(arrivals) >= 2 and len(starts) >= 2 and all(gap >= floor - 0.05 for gap in gaps), gaps
         batches = hub.registrations.renders - renders
         assert batches <= spent / floor + 1 and batches < 12  # twelve edits, fewer renders
         await raw.close()
