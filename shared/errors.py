@@ -34,6 +34,9 @@ ERROR_STATUS: Final[dict[str, int]] = {
     "APPROVAL_REQUIRED": 422,
     "REPORT_REQUIRED": 422,
     "REPORT_INVALID": 422,
+    # A forced write past open blockers without its reason: whether force needs one depends on
+    # the blockers the card has now, a rule on the board's state like the other 422s.
+    "REASON_REQUIRED": 422,
     "TOO_MANY_STREAMS": 503,
     "STORE_UNAVAILABLE": 503,
     "INTERNAL": 500,

@@ -137,8 +137,10 @@ async def test_a_blocked_card_is_refused_and_unblocks_when_its_blocker_is_done(
     reply = await client.post(f"{API}/tasks/{blocked['id']}/claim", {})
     assert reply.status == 409 and reply.error == "DEPENDENCY_OPEN", reply.body
     assert reply.body["error"]["details"]["blockers"] == [blocker["identifier"]]
-    reply = await client.post(f"{API}/tasks/{blocked['id']}/claim", {"force": True, "reason": "short"})
-    assert reply.status == 400 and reply.error == "VALIDATION_FAILED", reply.body
+    for forced in ({"force": True, "reason": "short"}, {"force": True}, {"force": True, "reason": "        x"}):
+        reply = await client.post(f"{API}/tasks/{blocked['id']}/claim", forced)
+        assert reply.status == 422 and reply.error == "REASON_REQUIRED", (forced, reply.body)
+        assert reply.body["error"]["details"]["blockers"] == [blocker["identifier"]]
     assert await activity_count(board) == before
 
     await finish(client, blocker)

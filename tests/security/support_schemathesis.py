@@ -21,8 +21,19 @@ TOKEN_FILE_ENV = "TASKLOOM_FUZZ_TOKEN_FILE"
 class TokenFromFile:
     """The board's current token, from its data directory."""
 
+    def __init__(self) -> None:
+        self._seen: tuple[int, int] | None = None
+        self._token = ""
+
     def get(self, case: Any, context: Any) -> str:
-        return Path(os.environ[TOKEN_FILE_ENV]).read_text().strip()
+        # Read again only when the file changed: a rotation replaces it (a new inode), and the
+        # coverage phase asks for the token once per generated case.
+        path = Path(os.environ[TOKEN_FILE_ENV])
+        info = path.stat()
+        if (info.st_ino, info.st_mtime_ns) != self._seen:
+            self._token = path.read_text().strip()
+            self._seen = (info.st_ino, info.st_mtime_ns)
+        return self._token
 
     def set(self, case: Any, data: str, context: Any) -> None:
         case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}

@@ -1,4 +1,4 @@
-"""Schemathesis against a real ``taskd serve``: every check, every phase, bounded, no finding allowed.
+"""Schemathesis against a real ``taskd serve``: every check, every phase, bounded by counts, no finding allowed.
 
 The run reads the board's own ``/api/v1/openapi.json`` and drives every operation with examples,
 coverage cases, fuzzed positive and negative inputs and stateful sequences (following the links
@@ -16,8 +16,9 @@ What the run configures, and why (nothing else is turned off):
 - Schema-valid requests may be refused with 422: every 422 code of SPEC §5's table is a rule on
   the board's state (``REPORT_INVALID`` for a report's markdown headings,
   ``RELATION_INVALID``/``_DEPTH``/``_FAN_IN`` for the task graph, ``APPROVAL_REQUIRED``,
-  ``REPORT_REQUIRED``), never to a malformed request, which is 400 and still a finding. No
-  schema can know the state a request meets.
+  ``REPORT_REQUIRED``, ``REASON_REQUIRED`` for a forced write past open blockers), never to a
+  malformed request, which is 400 and still a finding. No schema can know the state a request
+  meets.
 - ``GET /api/v1/events`` may answer 400 ``CURSOR_AHEAD`` to a schema-valid ``after``: SPEC §6.2
   refuses a cursor beyond the board's head revision with that status, and the head is state, not
   something the document can bound.
@@ -37,29 +38,44 @@ What the run configures, and why (nothing else is turned off):
   drawn from them part of the time: generated names alone stop at 404 before any command runs.
 - The board runs with ``--stream-lifetime`` so that each ``GET /api/v1/events`` ends (with its
   ``shutdown`` frame) instead of following the log for ever.
+- The run is bounded by counts, never by a clock: a time budget cut the coverage phase wherever a
+  busy machine happened to be, so which operations were tested, and whether the stateful phase
+  ran at all, depended on the load. Two runs instead: the examples and coverage phases, then
+  fuzzing and the stateful phase, each to completion.
+- The coverage phase reads the document with free-form JSON (``meta``, ``settings``) nested
+  ``COVERAGE_JSON_DEPTH`` levels, not 32: it enumerates boundary values at every level of the
+  chain, which at 32 levels does not finish in an hour. The fuzzing and stateful run reads the
+  real document, and the depth limit itself is proven exactly in tests/security/test_json_bounds.py
+  and tests/integration/test_openapi.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from services.board import schemas
 from services.board.queries.paging import encode_cursor
+from shared import limits
 from tests.support.board import REPORT, VENV_BIN, TaskdProcess
 
 from .support_schemathesis import TOKEN_FILE_ENV
 
 HOOKS = Path(__file__).with_name("support_schemathesis.py")
-#: Test cases per operation and phase, and the wall-clock budget of the whole run (seconds):
-#: enough for every operation and the stateful phase on two busy cores, bounded for ``make test``.
+#: Test cases per operation in the fuzzing phase; stateful scenarios, and steps in each.
 MAX_EXAMPLES = 8
-MAX_TIME = 240
+STATEFUL_SCENARIOS = 40
 STATEFUL_STEPS = 12
+#: Nesting levels of free-form JSON in the coverage phase's document (see the module docstring).
+COVERAGE_JSON_DEPTH = 3
+#: A run that takes longer than this has hung (each run takes a few minutes on two busy cores).
+RUN_TIMEOUT = 900
 #: Seconds each SSE stream lives, so a streaming answer ends and can be checked.
 STREAM_LIFETIME = 0.2
 #: A fixed seed: a finding is reproduced by running the test again.
@@ -105,6 +121,8 @@ def config_toml(tasks: list[str]) -> str:
         f"expected-statuses = {json.dumps(REJECTED)}",
         "[phases.stateful]",
         f"max-steps = {STATEFUL_STEPS}",
+        "[phases.stateful.generation]",
+        f"max-examples = {STATEFUL_SCENARIOS}",
         # Real names some of the time, so requests reach the commands (and generated ones the rest).
         "[dictionaries.tasks]",
         f"values = {json.dumps(tasks)}",
@@ -186,17 +204,25 @@ def fetch_document(url: str, token: str) -> bytes:
         return reply.read()
 
 
-def test_schemathesis_finds_nothing(taskd: TaskdProcess, tmp_path: Path) -> None:
-    taskd.start("--stream-lifetime", str(STREAM_LIFETIME))
-    document = tmp_path / "openapi.json"
-    document.write_bytes(fetch_document(taskd.url, taskd.token))
-    config = tmp_path / "schemathesis.toml"
-    config.write_text(config_toml(seed(taskd.url, taskd.token)))
+def shallow_json(document: dict[str, Any], depth: int) -> dict[str, Any]:
+    """The document with the free-form JSON chain spelled out ``depth`` levels deep: the level
+    below takes any value in the number range, so no case there claims a nesting the board
+    allows is too deep, and the deeper levels are gone."""
+    components = dict(document["components"]["schemas"])
+    components[schemas.json_level(depth + 1)] = dict(schemas.NUMBER_RANGE)
+    for level in range(depth + 2, limits.MAX_JSON_DEPTH + 2):
+        del components[schemas.json_level(level)]
+    return {**document, "components": {**document["components"], "schemas": components}}
+
+
+def run_schemathesis(taskd: TaskdProcess, workdir: Path, document: Path, config: Path, phases: str) -> str:
+    """One ``st run`` over ``phases``; returns its output after checking that it found nothing
+    and tested every operation the run selects."""
     command = [
         str(VENV_BIN / "st"), "--config-file", str(config), "run", str(document),
         "--url", taskd.url,
+        "--phases", phases,
         "--checks", "all",
-        "--max-time", str(MAX_TIME),
         "--request-timeout", "10",
         "--workers", "1",
         "--no-color",
@@ -204,17 +230,37 @@ def test_schemathesis_finds_nothing(taskd: TaskdProcess, tmp_path: Path) -> None
     ]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS), TOKEN_FILE_ENV: str(taskd.data_dir / "token")}
     run = subprocess.run(
-        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=MAX_TIME + 120, stdin=subprocess.DEVNULL
+        command, env=env, cwd=workdir, capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL
     )
-    (tmp_path / "schemathesis.out").write_text(run.stdout + run.stderr)
+    (workdir / f"schemathesis-{phases.replace(',', '-')}.out").write_text(run.stdout + run.stderr)
     # The findings first (they sit between the progress lines and the warnings), then the summary.
     findings = run.stdout.partition("FAILURES")[2].partition("WARNINGS")[0]
     report = findings[:20000] + run.stdout.partition("SUMMARY")[2] + run.stderr[-4000:]
     assert run.returncode == 0, report
-    # It really ran: every operation of the document was tested, with stateful sequences.
+    assert "❌" not in run.stdout, report
+    # It really ran: every operation of the document was tested.
     operations = sum(len(item) for item in json.loads(document.read_text())["paths"].values())
     assert f"Selected: {operations - len(LEFT_OUT)}/{operations}" in run.stdout, report
     assert f"Tested: {operations - len(LEFT_OUT)}" in run.stdout, report
-    assert "Stateful" in run.stdout and "❌" not in run.stdout, report
+    return run.stdout
+
+
+def test_schemathesis_finds_nothing(taskd: TaskdProcess, tmp_path: Path) -> None:
+    taskd.start("--stream-lifetime", str(STREAM_LIFETIME))
+    full = json.loads(fetch_document(taskd.url, taskd.token))
+    document = tmp_path / "openapi.json"
+    document.write_text(json.dumps(full))
+    coverage_document = tmp_path / "openapi-coverage.json"
+    coverage_document.write_text(json.dumps(shallow_json(full, COVERAGE_JSON_DEPTH)))
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(config_toml(seed(taskd.url, taskd.token)))
+
+    covered = run_schemathesis(taskd, tmp_path, coverage_document, config, "examples,coverage")
+    assert re.search(r"✅\s+Coverage", covered), covered[-3000:]
+    fuzzed = run_schemathesis(taskd, tmp_path, document, config, "fuzzing,stateful")
+    assert re.search(r"✅\s+Fuzzing", fuzzed), fuzzed[-3000:]
+    # The stateful phase ran scenarios that followed the document's links.
+    scenarios = re.search(r"Scenarios:\s+(\d+)", fuzzed)
+    assert scenarios is not None and int(scenarios.group(1)) > 0, fuzzed[-3000:]
     assert taskd.process is not None and taskd.process.poll() is None, "the board survived the run"
-    sys.stdout.write(run.stdout[-3000:])
+    sys.stdout.write(covered[-1500:] + fuzzed[-3000:])

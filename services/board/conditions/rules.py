@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 from shared import domain
-from shared.errors import TaskloomError, validation
+from shared.errors import TaskloomError
 from shared.timestamps import format_timestamp, parse_timestamp
 
 from ..dialect import Connection, Row
@@ -72,8 +72,9 @@ def refuse_open_blockers(
     conn: Connection, task: Row, *, action: str, force: bool, reason: str | None
 ) -> str | None:
     """The gate of claim, deliver and finishing moves: ``409 DEPENDENCY_OPEN`` while a blocker is
-    open, unless ``force`` comes with a reason of at least 8 characters. Returns that reason when
-    the gate was forced (the caller audits it as ``forced``/``reason``), else None."""
+    open, unless ``force`` comes with a reason of at least 8 characters (``422 REASON_REQUIRED``
+    without one: the same request passes on a card with no open blocker). Returns that reason
+    when the gate was forced (the caller audits it as ``forced``/``reason``), else None."""
     blockers = open_blockers(conn, task["id"])
     if not blockers:
         return None
@@ -86,8 +87,10 @@ def refuse_open_blockers(
         )
     text = (reason or "").strip()
     if len(text) < domain.MIN_REASON_CHARS:
-        raise validation(
+        raise TaskloomError(
+            "REASON_REQUIRED",
             f"forcing {action} past open blockers needs a reason of at least {domain.MIN_REASON_CHARS} characters",
-            field="reason", reason=reason, blockers=blockers,
+            details={"field": "reason", "reason": reason, "blockers": blockers, "action": action},
+            hint=f"say why in reason ({domain.MIN_REASON_CHARS} characters or more), or finish the blockers first",
         )
     return text
