@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json as jsonlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -32,6 +32,7 @@ from .output import Output
 API = "/api/v1"
 _META_KEY = "taskloom.invocation"
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 @dataclass
@@ -117,6 +118,7 @@ def global_options(f: F) -> F:
         return f
     params = getattr(f, "__click_params__", [])
     # click reverses decorator order; prepending keeps them after the command's own options.
+    # click keeps a plain function's pending options on the function object itself; F has no such attribute.
     f.__click_params__ = [*reversed(global_params()), *params]  # type: ignore[attr-defined]
     return f
 
@@ -130,6 +132,17 @@ def command(group: click.Group, name: str, **kw: Any) -> Callable[[F], click.Com
         return made
 
     return wrap
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end on uvloop when it is installed, else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        import asyncio  # here, not at the top: most commands never start a loop
+
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 # -- argument helpers --------------------------------------------------------------------------
@@ -189,7 +202,16 @@ def fail(code: str, message: str, **kw: Any) -> TaskctlError:
     return TaskctlError(code, message, **kw)
 
 
-class TaskRef(click.ParamType):
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
+
+    # click 8.4 made ParamType generic; older releases, which pyproject allows, cannot subscript it.
+    _TaskRefBase = click.ParamType[str]
+else:
+    _TaskRefBase = click.ParamType
+
+
+class TaskRef(_TaskRefBase):
     """A task uuid or identifier; ``demo-7`` is read as ``DEMO-0007``."""
 
     name = "ref"
@@ -203,7 +225,7 @@ class TaskRef(click.ParamType):
             return f"{prefix.replace('-', '').upper()}-{int(number):04d}"
         return text
 
-    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
         """Identifiers of the running board's live tasks; silent (no candidates) when none answers."""
         from click.shell_completion import CompletionItem
 

@@ -7,6 +7,7 @@ limit…). It is the catch-up for a consumer that missed signals; signals are ne
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -18,17 +19,22 @@ from .output import Column
 BREACHES_PATH = "/breaches"
 
 
-def _subject(item: dict[str, Any]) -> str:
+def _changes(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A condition's ``changes`` object; empty when the board sent none."""
+    changes = item.get("changes")
+    return changes if isinstance(changes, dict) else {}
+
+
+def _subject(item: Mapping[str, Any]) -> str:
     """The card a condition is about (its identifier, once looked up), or the column."""
-    changes = item.get("changes") if isinstance(item.get("changes"), dict) else {}
+    changes = _changes(item)
     if item.get("task_id"):
         return str(item.get("identifier") or item["task_id"])
     return f"column {changes.get('status')}" if changes.get("status") else "project"
 
 
-def _detail(item: dict[str, Any]) -> str:
-    changes = item.get("changes") if isinstance(item.get("changes"), dict) else {}
-    return " ".join(f"{key}={_text(value)}" for key, value in changes.items())
+def _detail(item: Mapping[str, Any]) -> str:
+    return " ".join(f"{key}={_text(value)}" for key, value in _changes(item).items())
 
 
 def _text(value: Any) -> str:

@@ -19,13 +19,16 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.board.process import lock_file, pid_alive
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
 from .errors import TaskctlError, redact, remember_secret
 from .http import health
+
+if TYPE_CHECKING:
+    import subprocess
 
 #: How long an autostarted board may take to write its pointer and answer /health, seconds.
 AUTOSTART_TIMEOUT = 20.0
@@ -155,6 +158,7 @@ def resolve_board(
         if _same_board(record, chosen):
             pointer = record
     token_file: Path | None = None
+    secret: str | None
     if token:
         secret, token_source = token.strip(), "option"
     elif env.get("TASKLOOM_TOKEN"):
@@ -218,7 +222,7 @@ def start_local_board(environ: Mapping[str, str], *, announce: Callable[[str], N
         return _wait_for_board(child, environ, log_path, announce=announce)
 
 
-def _spawn_board(directory: Path, environ: Mapping[str, str], log_fd: int, *, umask: int) -> Any:
+def _spawn_board(directory: Path, environ: Mapping[str, str], log_fd: int, *, umask: int) -> subprocess.Popen[bytes]:
     """``taskd serve --port 0`` in a session of its own, its output appended to the board's log."""
     import subprocess
 
@@ -234,7 +238,7 @@ def _spawn_board(directory: Path, environ: Mapping[str, str], log_fd: int, *, um
 
 
 def _wait_for_board(
-    child: Any, environ: Mapping[str, str], log_path: Path, *, announce: Callable[[str], None] | None
+    child: subprocess.Popen[bytes], environ: Mapping[str, str], log_path: Path, *, announce: Callable[[str], None] | None
 ) -> dict[str, Any]:
     """The pointer of the board ``child`` once it answers /health, or why it did not start."""
     deadline = time.monotonic() + AUTOSTART_TIMEOUT

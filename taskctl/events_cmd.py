@@ -107,6 +107,7 @@ def tail_stream(
             if not chunk:
                 emit({"type": "eof", "revision": cursor})
                 return 0
+            failure: SSEProtocolError | None
             try:
                 items = parser.feed(chunk)
             except SSEProtocolError as exc:
@@ -130,10 +131,13 @@ def tail_stream(
 
 
 def _reason(message: SSEMessage) -> str | None:
+    """The board's word for why it ends the stream, when the ``shutdown`` data holds one."""
     try:
-        return jsonlib.loads(message.data or "{}").get("reason")
-    except (ValueError, AttributeError):
+        data = jsonlib.loads(message.data or "{}")
+    except ValueError:
         return None
+    reason = data.get("reason") if isinstance(data, dict) else None
+    return reason if isinstance(reason, str) else None
 
 
 @command(events, "tail")

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from .command import REF, command, current, drop_none
+from .command import REF, command, current, drop_none, run_async
 from .errors import TaskctlError
 from .export_md import DEFAULT_OUT, EXIT_DIFFERENCES, PAGE_LIMIT, export_cards
 from .export_standalone import cadence_from_env, standalone_watch
@@ -27,7 +27,6 @@ from .export_watch import (
     ndjson_printer,
     print_registered,
     raise_refusal,
-    run_async,
     status_or_stop,
     watch_foreground,
     watch_message,

@@ -8,7 +8,7 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,7 +17,10 @@ from shared import hub_protocol as hp
 from .discovery import Board
 from .errors import TaskctlError
 from .export_watch import Emit
-from .http import BoardHttp
+from .http import BoardHttp, Reply
+
+if TYPE_CHECKING:
+    from services.hub.registry import Action, Event, Rendered, RenderFailed
 
 #: The hub's cadence knobs; the standalone watcher honours the same ones (seconds).
 CADENCE_ENV = {
@@ -70,9 +73,9 @@ class _Standalone:
         self.flushing = False
         self._last: str | None = None
 
-    def run(self, event: Any) -> None:
+    def run(self, event: Event) -> None:
         """Feed ``event`` and everything its actions lead to, I/O done in place."""
-        events = deque([event])
+        events: deque[Event] = deque([event])
         while events:
             actions = self.registry.handle(events.popleft(), now=time.monotonic(), wall=time.time(),
                                            revision=self.cursor)
@@ -81,7 +84,7 @@ class _Standalone:
                 if answer is not None:
                     events.append(answer)
 
-    def _perform(self, action: Any) -> Any:
+    def _perform(self, action: Action) -> Event | None:
         from services.hub import registry as rg
         from services.hub.briefs import path_problem, write_brief
 
@@ -128,7 +131,7 @@ class _Standalone:
             return
         self.emit(record)
 
-    def _render(self, ref: str) -> Any:
+    def _render(self, ref: str) -> Rendered | RenderFailed:
         from services.hub.registry import Rendered, RenderFailed
 
         try:
@@ -177,6 +180,7 @@ def standalone_watch(
 
     inbox: queue.Queue[dict[str, Any]] = queue.Queue()
     start = watcher.cursor
+    assert start is not None, "registering checks the request's own paths first: that sets the cursor, or refuses"
 
     def read() -> None:
         try:
@@ -217,7 +221,5 @@ def standalone_watch(
             return 0
 
 
-def _reply(status: int, body: Any) -> Any:
-    from .http import Reply
-
+def _reply(status: int, body: Any) -> Reply:
     return Reply(status, body, {})

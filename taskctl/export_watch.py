@@ -3,18 +3,17 @@ stream of records, ``--detach``, ``--status`` and ``--stop``."""
 
 from __future__ import annotations
 
-import asyncio
 import json as jsonlib
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import click
 
 from shared import hub_protocol as hp
 
-from .command import read_text
+from .command import read_text, run_async
 from .discovery import Board, current_token
 from .errors import TaskctlError, redact
 
@@ -22,6 +21,7 @@ from .errors import TaskctlError, redact
 _CLEAN_END = frozenset({"done", "ttl", "shutdown", "eof"})
 
 Emit = Callable[[dict[str, Any]], None]
+T = TypeVar("T")
 
 
 def ndjson_printer() -> Emit:
@@ -30,14 +30,6 @@ def ndjson_printer() -> Emit:
         sys.stdout.flush()
 
     return emit
-
-
-def run_async(coro: Any) -> Any:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 def _cards_json(source: str) -> list[dict[str, str]]:
@@ -80,7 +72,7 @@ def watch_message(
     return hp.watch(refs=list(refs), dir=os.path.abspath(out_dir or "."), ttl_ms=ttl_ms, detach=detach or None)
 
 
-def hub_call(call: Callable[[], Any]) -> Any:
+def hub_call(call: Callable[[], Coroutine[Any, Any, T]]) -> T:
     from services.hub import client
 
     try:

@@ -15,37 +15,42 @@ in clear. With the board down, pass ``--url`` so resolving the board cannot star
 
 from __future__ import annotations
 
-import asyncio
-import json as jsonlib
 import os
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
 
 from shared import hub_protocol as hp
 from shared.paths import runtime_dir
 
-from .command import current, global_options
+from .command import current, global_options, run_async
 from .discovery import current_token, resolve_board
 from .errors import TaskctlError, redact
+from .events_cmd import ndjson_printer
+
+if TYPE_CHECKING:
+    from services.hub.client import StopResult
 
 
-def _printer(stream: IO[str]) -> Any:
-    def emit(record: dict[str, Any]) -> None:
-        stream.write(jsonlib.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
-        stream.flush()
+class StoppedHub(TypedDict):
+    """One hub ``events hub --stop`` signalled (or found none), as its JSON record says it."""
 
-    return emit
+    key: str | None
+    pid: int | None
+    stopped: bool
+    message: str
 
 
-def _run(coro: Any) -> Any:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
+class StoppedHubs(StoppedHub, total=False):
+    """Several hubs of one board stopped: the first one's record, the overall outcome, each hub's."""
+
+    hubs: list[StoppedHub]
+
+
+def _stopped(result: StopResult) -> StoppedHub:
+    return {"key": result.key, "pid": result.pid, "stopped": result.stopped, "message": result.message}
 
 
 @click.command("follow")
@@ -67,7 +72,7 @@ def follow(after: int | None, idle: float) -> None:
     board = inv.board()
     if not board.token:
         raise TaskctlError("UNAUTHORIZED", "no board token", hint="set TASKLOOM_TOKEN or pass --token")
-    emit = _printer(sys.stdout)
+    emit = ndjson_printer(sys.stdout)
 
     def problem(text: str) -> None:
         inv.out.note(f"hub: {text}")
@@ -87,7 +92,7 @@ def follow(after: int | None, idle: float) -> None:
             return 1
         return 0
 
-    raise click.exceptions.Exit(_run(stream()))
+    raise click.exceptions.Exit(run_async(stream()))
 
 
 @click.command("hub")
@@ -105,9 +110,8 @@ def hub(stop: bool, every: bool) -> None:
         if not stop:
             raise click.UsageError("--all goes with --stop")
         runtime = runtime_dir(os.environ, Path.home())
-        results = [_run(client.stop_hub(files)) for files in client.all_hub_files(runtime)]
-        data = [{"key": r.key, "pid": r.pid, "stopped": r.stopped, "message": r.message} for r in results]
-        inv.out.result(data, "\n".join(r.message for r in results) or "no hub is running")
+        results = [run_async(client.stop_hub(files)) for files in client.all_hub_files(runtime)]
+        inv.out.result([_stopped(r) for r in results], "\n".join(r.message for r in results) or "no hub is running")
         return
     # Never autostart a board here: stopping a hub must work with the board down.
     board = resolve_board(inv.url, inv.token, autostart=False, announce=inv.out.note)
@@ -117,15 +121,16 @@ def hub(stop: bool, every: bool) -> None:
     if stop:
         if not found:
             key = client.hub_files(board.url, board.token).key if board.token else None
-            inv.out.result({"key": key, "pid": None, "stopped": False, "message": "no hub is running for this board"},
-                           "no hub is running for this board")
+            none: StoppedHub = {"key": key, "pid": None, "stopped": False, "message": "no hub is running for this board"}
+            inv.out.result(none, none["message"])
             return
-        results = [_run(client.stop_hub(files)) for files in found]
-        rows = [{"key": r.key, "pid": r.pid, "stopped": r.stopped, "message": r.message} for r in results]
-        data = dict(rows[0])
+        results = [run_async(client.stop_hub(files)) for files in found]
+        rows = [_stopped(r) for r in results]
+        summary: StoppedHub | StoppedHubs = rows[0]
         if len(rows) > 1:
-            data.update(stopped=all(r.stopped for r in results), message="; ".join(r.message for r in results), hubs=rows)
-        inv.out.result(data, data["message"])
+            summary = {"key": rows[0]["key"], "pid": rows[0]["pid"], "stopped": all(r.stopped for r in results),
+                       "message": "; ".join(r.message for r in results), "hubs": rows}
+        inv.out.result(summary, summary["message"])
         return
     if not board.token:
         raise TaskctlError("UNAUTHORIZED", "no board token: the hub's key needs it",
@@ -139,7 +144,7 @@ def hub(stop: bool, every: bool) -> None:
         data["stale"] = [{"key": f.key, "pid": r["pid"], "alive": pid_alive(r["pid"])} for f, r in others]
     if record is not None:
         address = client.HubAddress(port=record["port"], token=str(record.get("token", "")), pid=record["pid"], key=files.key)
-        pong = _run(client.ping(address)) if record.get("protocol") == hp.HUB_PROTOCOL else None
+        pong = run_async(client.ping(address)) if record.get("protocol") == hp.HUB_PROTOCOL else None
         data.update(
             pid=record["pid"],
             port=record["port"],

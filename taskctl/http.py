@@ -38,24 +38,29 @@ class Reply:
 
     @property
     def error(self) -> dict[str, Any] | None:
-        if self.status >= 400 and isinstance(self.body, dict) and isinstance(self.body.get("error"), dict):
-            return self.body["error"]
+        if self.status >= 400 and isinstance(self.body, dict) and isinstance(error := self.body.get("error"), dict):
+            return error
         return None
 
 
-def _client() -> Any:
-    """``http.client``, imported on first use: it pulls in email and ssl (~25 ms)."""
-    import http.client
-
-    return http.client
+# ``http.client`` is imported on first use, by the two functions below: it pulls in email and ssl
+# (~25 ms).
 
 
 def _connection(url: str, timeout: float) -> http.client.HTTPConnection:
-    client = _client()
+    import http.client
+
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "https":
-        return client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout)
-    return client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        return http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout)
+    return http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+
+
+def _unreachable() -> tuple[type[Exception], ...]:
+    """What a failed exchange with the board raises: the socket's errors and the HTTP protocol's."""
+    import http.client
+
+    return (OSError, http.client.HTTPException)
 
 
 def _decode(response: http.client.HTTPResponse, raw: bytes) -> Any:
@@ -83,7 +88,7 @@ def health(url: str, *, timeout: float = HEALTH_TIMEOUT) -> bool:
     """True when ``GET /health`` answers ``{"ok": true}``."""
     try:
         status, body, _ = _one_request(url, "GET", "/health", timeout=timeout)
-    except (OSError, _client().HTTPException):
+    except _unreachable():
         return False
     return status == 200 and isinstance(body, dict) and body.get("ok") is True
 
@@ -173,7 +178,7 @@ class BoardHttp:
             reused = self._conn is not None
             try:
                 return self._send(method, target, data, sent, progress)
-            except (OSError, _client().HTTPException) as exc:
+            except _unreachable() as exc:
                 self.close()
                 if reused and attempt + 1 < attempts:
                     continue

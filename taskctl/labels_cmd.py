@@ -34,7 +34,8 @@ def _page(path: str, query: dict[str, Any], all_pages: bool) -> dict[str, Any]:
     inv = current()
     if all_pages:
         return {"items": list(paginate(inv.http(), "/api/v1" + path, query)), "next_cursor": None}
-    return inv.call("GET", path, query=query)
+    page: dict[str, Any] = inv.call("GET", path, query=query)
+    return page
 
 
 @click.group()

@@ -15,7 +15,7 @@ import os
 import sys
 import urllib.parse
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Final, Literal
 
 import click
 
@@ -167,15 +167,21 @@ def compact(older_than: int | None, through: int | None, dry_run: bool) -> None:
     inv.out.result(result, human)
 
 
-OFF = "off"
+OFF: Final = "off"
+
+if TYPE_CHECKING:
+    # click 8.4 made ParamType generic; older releases, which pyproject allows, cannot subscript it.
+    _RetentionDaysBase = click.ParamType[int | Literal["off"]]
+else:
+    _RetentionDaysBase = click.ParamType
 
 
-class RetentionDays(click.ParamType):
+class RetentionDays(_RetentionDaysBase):
     """A number of days, or ``off``; the board judges the number (0 and below are refused)."""
 
     name = "DAYS|off"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | Literal["off"]:
         text = str(value).strip().lower()
         if text in ("off", "none"):
             return OFF
@@ -188,7 +194,7 @@ class RetentionDays(click.ParamType):
 @click.command("settings")
 @click.option("--event-retention-days", "retention", type=RetentionDays(), default=None,
               help="Compact activity rows older than this many days, daily; off keeps them all.")
-def settings(retention: Any) -> None:
+def settings(retention: int | Literal["off"] | None) -> None:
     """Show or change the board-wide settings kept in the board's database."""
     inv = current()
     if retention is None:

@@ -11,13 +11,12 @@ subscriber on the same state directory); ``status`` 0 running, 3 not running; 2 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import click
 
@@ -26,7 +25,7 @@ from shared import hub_protocol as hp
 from shared import knobs
 from shared.paths import BOARD_PORT
 
-from .command import command, current
+from .command import command, current, run_async
 from .discovery import current_token, default_data_dir, normalise_url
 from .errors import TaskctlError
 
@@ -49,14 +48,6 @@ def default_state_dir() -> Path:
 
 def _state_dir(value: Path | None) -> Path:
     return (value if value is not None else default_state_dir()).expanduser().absolute()
-
-
-def _run(coro: Any) -> Any:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 @click.group("loop")
@@ -138,7 +129,7 @@ def subscribe(
             )
             return await subscriber.run_until_signalled()
 
-        code = _run(main())
+        code = run_async(main())
     finally:
         os.close(held)
     raise click.exceptions.Exit(code)
@@ -423,6 +414,13 @@ def install(
     inv.out.result(payload, human)
 
 
+class RemovedUnit(TypedDict):
+    """One unit ``loop uninstall`` found: its file name and every path of it (the file, its enable link)."""
+
+    name: str
+    paths: list[str]
+
+
 @command(loop, "uninstall")
 @SUPERVISOR_OPTION
 @DIR_OPTION
@@ -433,7 +431,7 @@ def uninstall(supervisor: str, target: Path | None, dry_run: bool) -> None:
 
     inv = current()
     directory = (target if target is not None else units.unit_dir(supervisor)).expanduser().absolute()
-    removed = []
+    removed: list[RemovedUnit] = []
     for name in units.UNIT_FILES[supervisor].values():
         path = directory / name
         links = [directory / "default.target.wants" / name] if supervisor == "systemd" else []

@@ -192,13 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except Exception as exc:  # noqa: BLE001 - a bug: say so without a secret, the trace only on request
-        error = TaskctlError("INTERNAL", f"taskctl failed: {type(exc).__name__}: {exc}",
-                             hint="run again with TASKLOOM_DEBUG=1 for the traceback")
+        internal = TaskctlError("INTERNAL", f"taskctl failed: {type(exc).__name__}: {exc}",
+                                hint="run again with TASKLOOM_DEBUG=1 for the traceback")
         if os.environ.get("TASKLOOM_DEBUG"):
             import traceback
 
             click.echo(redact(traceback.format_exc()), err=True)
-        Output(json=_wants_json(args)).failure(error)
+        Output(json=_wants_json(args)).failure(internal)
         return 1
     return result if isinstance(result, int) else 0
 

@@ -54,7 +54,7 @@ def project_for_create(inv: Invocation, given: str | None) -> str:
         if p.get("workspace_path") and (here == p["workspace_path"] or here.startswith(p["workspace_path"].rstrip("/") + "/"))
     ]
     if matches:
-        return max(matches, key=lambda p: len(p["workspace_path"]))["id"]
+        return str(max(matches, key=lambda p: len(p["workspace_path"]))["id"])
     known = ", ".join(p["id"] for p in projects) or "none yet: taskctl project create ID"
     raise click.UsageError(f"which project? pass --project or set TASKLOOM_PROJECT (projects: {known})")
 
