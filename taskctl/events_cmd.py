@@ -22,6 +22,7 @@ from typing import IO, Any
 
 import click
 
+from shared.conditions import SIGNAL
 from shared.limits import SSE_MAX_LINE
 from shared.sse import SSEComment, SSEMessage, SSEParser, SSEProtocolError
 
@@ -73,8 +74,13 @@ def tail_stream(
     event_names: list[str] | None = None,
     emit: Emit,
     board_id: str | None = None,
+    signals: bool = False,
 ) -> int:
-    """Follow the stream from ``after`` until it ends; returns the exit code."""
+    """Follow the stream from ``after`` until it ends; returns the exit code.
+
+    With ``signals``, condition frames are emitted too, as ``{"type":"signal","signal":{…}}``
+    (the hub's record): the standalone brief watcher re-renders on ``card_blocked`` /
+    ``card_unblocked``. ``events tail`` prints facts only."""
     parts = urllib.parse.urlsplit(board.url)
     target = parts.path + EVENTS_PATH + encode_query({"after": after, "project": project, "task": task, "event": event_names})
     headers = {"Accept": "text/event-stream", "User-Agent": USER_AGENT}
@@ -120,6 +126,9 @@ def tail_stream(
                 if item.event == "shutdown":
                     emit({"type": "shutdown", "reason": _reason(item)})
                     return 0
+                if item.event == SIGNAL and signals and item.data is not None:
+                    emit({"type": "signal", "signal": jsonlib.loads(item.data)})
+                    continue
                 if item.event is None and item.id is not None and item.id.isdigit():
                     cursor = int(item.id)
                     if item.data is not None:

@@ -184,7 +184,7 @@ def standalone_watch(
 
     def read() -> None:
         try:
-            tail_stream(board, after=start, emit=inbox.put)
+            tail_stream(board, after=start, emit=inbox.put, signals=True)
         except Exception as exc:  # noqa: BLE001 - the reader must always leave a last record
             inbox.put({"type": "error", "code": "STREAM_INVALID", "message": f"{type(exc).__name__}: {exc}"})
 
@@ -205,6 +205,8 @@ def standalone_watch(
             if named is not None and not watcher.registry.watches(named) and not watcher.registry.pending():
                 watcher.safe = watcher.cursor  # nothing of ours changed: every brief includes it
             watcher.run(rg.BoardEvent(record["activity"]))
+        elif record is not None and kind == "signal":
+            watcher.run(rg.BoardSignal(record["signal"]))  # a blocker finished or reopened
         elif record is not None and kind == "open":
             emit(record)
         elif record is not None and kind in ("shutdown", "eof"):

@@ -4,9 +4,13 @@ The caller hands in plain dicts, already in the order they should appear (the ex
 them in one snapshot, ordered by creation). The output depends on nothing else, so the same card
 state always gives the same bytes: no clock, no randomness, no dict-order surprises.
 
-What a brief shows is a function of the card's own revision: other cards appear by identifier
-only (identifiers never change), never by their title or status, which would go stale without
-this card's revision moving.
+Other cards appear by identifier only (identifiers never change), never by their title or
+status, which would go stale without this card's revision moving. One field depends on other
+cards on purpose: ``blocked_by`` is the card's *open* blockers as the task view answers them
+(``task["blocked_by"]``, the one rule of conditions/rules.py). A blocker reaching done/canceled,
+or reopening, changes it without this card's row moving; the board says so with
+``card_unblocked`` / ``card_blocked``, on which the hub re-renders a kept brief. The Relations
+section still lists every relation, whatever its source's status.
 """
 
 from __future__ import annotations
@@ -108,7 +112,7 @@ def front_matter(card: Card) -> list[str]:
         ("reporter", _yaml(reporter)),
         ("labels", _yaml(list(task.get("labels") or []))),
         ("parent", "[" + ", ".join(_relation_names(card, "parent")) + "]"),
-        ("blocked_by", "[" + ", ".join(_relation_names(card, "blocks")) + "]"),
+        ("blocked_by", "[" + ", ".join(task["blocked_by"]) + "]"),
         ("delivery_round", _yaml(task["delivery_round"])),
         ("acceptance_mode", _token(task["acceptance_mode"])),
         ("claimed_by", _yaml(claimed)),

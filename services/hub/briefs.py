@@ -22,6 +22,9 @@ DIR_LAYOUT: Final = (".taskloom", "card.md")
 #: What a card identifier looks like; anything else could name a path outside DIR.
 IDENTIFIER: Final = re.compile(r"[A-Z0-9][A-Z0-9-]*-[0-9]+")
 _RELATION_EVENTS: Final = frozenset({events.RELATION_ADDED, events.RELATION_REMOVED})
+#: Conditions that change a brief with no row of its card: its open blockers (``blocked_by``)
+#: moved because a blocker reached done/canceled or reopened, whose rows hang off the blocker.
+_BLOCKER_SIGNALS: Final = frozenset({events.CARD_BLOCKED, events.CARD_UNBLOCKED})
 
 
 def dir_target(directory: str, identifier: str) -> str:
@@ -89,6 +92,15 @@ def tasks_named(activity: dict[str, Any]) -> set[str] | None:
         changes = activity.get("changes") or {}
         named.update(str(changes[end]) for end in ("source", "target") if changes.get(end))
     return named
+
+
+def tasks_signalled(signal: dict[str, Any]) -> set[str]:
+    """The task ids whose briefs a condition signal says have changed; empty for the conditions a
+    brief does not show (those that are kept as rows mark their card through ``tasks_named``)."""
+    task_id = signal.get("task_id")
+    if signal.get("type") in _BLOCKER_SIGNALS and task_id:
+        return {str(task_id)}
+    return set()
 
 
 def write_brief(path: str, data: bytes) -> bool:

@@ -403,6 +403,11 @@ class Registrations:
         if self.registry.count():
             self._feed(rg.BoardEvent(activity))
 
+    def board_signal(self, signal: dict[str, Any]) -> None:
+        """A condition signal: ``card_blocked`` / ``card_unblocked`` re-render that card's briefs."""
+        if self.registry.count():
+            self._feed(rg.BoardSignal(signal))
+
     def mark_all(self) -> None:
         """Every card of every registration re-renders (a task-less event, a board (re)connect)."""
         self._feed(rg.BoardOpened())

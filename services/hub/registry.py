@@ -45,7 +45,7 @@ from typing import Any, TypeAlias
 from shared import hub_protocol as hp
 from shared.timestamps import format_timestamp, parse_timestamp
 
-from .briefs import dir_target, tasks_named
+from .briefs import dir_target, tasks_named, tasks_signalled
 from .cadence import RefreshSchedule
 
 Key = tuple[str, str]  # (task id, absolute path): one kept brief
@@ -126,6 +126,13 @@ class BoardEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class BoardSignal:
+    """A condition signal from the board's stream (id-less: it never moves a cursor)."""
+
+    signal: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class BoardOpened:
     """The board link opened or reset: any card may have changed, every one re-renders."""
 
@@ -172,8 +179,8 @@ class Shutdown:
 
 
 Event: TypeAlias = (
-    Watch | Stop | SessionClosed | BoardEvent | BoardOpened | Restore | PathsChecked | RenderDone | WriteDone
-    | Tick | Flush | Shutdown
+    Watch | Stop | SessionClosed | BoardEvent | BoardSignal | BoardOpened | Restore | PathsChecked | RenderDone
+    | WriteDone | Tick | Flush | Shutdown
 )
 
 
@@ -527,6 +534,8 @@ class Registry:
                 self._session_closed(viewer)
         elif isinstance(event, BoardEvent):
             self._board_event(event.activity)
+        elif isinstance(event, BoardSignal):
+            self._mark(tasks_signalled(event.signal))
         elif isinstance(event, BoardOpened):
             for reg in self._by_id.values():
                 reg.schedule.mark(now)
@@ -598,7 +607,10 @@ class Registry:
             for reg in self._by_id.values():
                 reg.schedule.mark(self._now)
             return
-        for task_id in named:
+        self._mark(named)
+
+    def _mark(self, task_ids: Iterable[str]) -> None:
+        for task_id in task_ids:
             for reg in self._by_task.get(task_id, ()):
                 reg.schedule.mark(self._now, (task_id,))
 

@@ -322,6 +322,8 @@ class Hub:
         self.registrations.board_event(activity)
 
     def board_signal(self, signal: dict[str, Any]) -> None:
+        # A blocker finishing or reopening changes the blocked card's brief with no row of its own.
+        self.registrations.board_signal(signal)
         line = encode_line(hp.signal(signal=signal))
         if len(line) - 1 > self.settings.max_line:
             # A condition's changes are a handful of fields; one this large is not our board's.

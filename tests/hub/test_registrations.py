@@ -19,7 +19,7 @@ import pytest
 from services.board.sqlite_store import SqliteStore
 from services.hub.server import Hub
 from shared import hub_protocol as hp
-from tests.support.board import BoardClient, RunningBoard, start_board
+from tests.support.board import REPORT, BoardClient, RunningBoard, start_board
 from tests.support.waiting import async_wait_until
 
 from .conftest import (
@@ -430,6 +430,56 @@ async def test_relations_refresh_both_ends_and_task_less_events_refresh_all(
     everyone = {(await next_refresh(raw))["ref"] for _ in tasks}
     assert everyone == {t["identifier"] for t in tasks}
     await raw.close()
+
+
+async def test_a_blocker_finishing_or_reopening_refreshes_the_card_it_blocks(
+    whub: Hub, board: RunningBoard, client: BoardClient, tmp_path: Path
+) -> None:
+    """The kept card's own row never moves here: only its open blockers do, and the board says so
+    with ``card_unblocked`` / ``card_blocked`` on the signal lane, which mark the card's brief."""
+    card = await make_task(client)
+    reply = await client.post("/api/v1/tasks", {"project": "demo", "title": "Land the schema", "acceptance_mode": "none"})
+    assert reply.status == 201, reply.body
+    blocker = reply.body
+    reply = await client.post(f"/api/v1/tasks/{blocker['id']}/relations", {"type": "blocks", "target": card["id"]})
+    assert reply.status == 201, reply.body
+    await hub_caught_up(whub, board)
+    out = tmp_path / "card.md"
+    raw = await RawClient.greeted(whub)
+    assert (await watch(raw, ref=card["identifier"], out=str(out)))["type"] == "registered"
+    await next_refresh(raw)
+    open_line, none_line = f"\nblocked_by: [{blocker['identifier']}]\n", "\nblocked_by: []\n"
+    assert open_line in out.read_text()
+    signals = await RawClient.greeted(whub)
+    await signals.send(hp.follow(idle_ms=0))
+    await signals.recv_type("open")
+
+    async def kept_brief_says(line: str, signal: str) -> None:
+        async def refreshed() -> None:
+            while line not in out.read_text():
+                await raw.recv_type("refresh")
+        await asyncio.wait_for(refreshed(), 10.0)
+        while True:  # the cause: a signal about the kept card (its events name only the blocker)
+            record = await signals.recv()
+            if record["type"] == "event":
+                assert card["id"] not in (record["activity"]["task_id"], *record["activity"]["changes"].values())
+            if record["type"] == "signal" and record["signal"]["type"] == signal:
+                assert record["signal"]["task_id"] == card["id"]
+                return
+
+    worker = client.as_actor("claude", "worker-1")
+    for path, body in (("claim", {}), ("deliver", {"body": REPORT}), ("move", {"to": "done"})):
+        reply = await worker.post(f"/api/v1/tasks/{blocker['id']}/{path}", body)
+        assert reply.status == 200, (path, reply.body)
+    await kept_brief_says(none_line, "card_unblocked")
+    reply = await client.post(f"/api/v1/tasks/{blocker['id']}/reopen", {"reason": "the schema needs another column"})
+    assert reply.status == 200, reply.body
+    await kept_brief_says(open_line, "card_blocked")
+    await move(client, blocker, "canceled")
+    await kept_brief_says(none_line, "card_unblocked")
+    assert "- blocked by " + blocker["identifier"] in out.read_text()  # the relation itself stays listed
+    await raw.close()
+    await signals.close()
 
 
 async def test_batches_respect_the_floor_and_coalesce(board: RunningBoard, client: BoardClient, tmp_path: Path) -> None:

@@ -333,6 +333,24 @@ def test_events_route_to_the_cards_they_name_and_task_less_ones_to_all() -> None
     assert world.renders[before:] == [one.task_id, two.task_id]
 
 
+def test_blocker_signals_route_to_their_card_and_other_signals_render_nothing() -> None:
+    world = World()
+    one, two = world.card(1), world.card(2)
+    world.watch(cards=[{"ref": one.identifier, "out": "/w/a.md"}, {"ref": two.identifier, "out": "/w/b.md"}])
+    for type_ in ("card_unblocked", "card_blocked"):
+        before = len(world.renders)
+        world.feed(rg.BoardSignal({"type": type_, "project_id": "demo", "task_id": two.task_id,
+                                   "changes": {"blockers": ["DEMO-0009"]}, "at": "2030-01-01T10:00:00.000Z"}))
+        world.settle()
+        assert world.renders[before:] == [two.task_id], type_
+    before = len(world.renders)
+    for signal in ({"type": "claim_stale", "task_id": one.task_id}, {"type": "wip_exceeded", "task_id": None},
+                   {"type": "card_unblocked", "task_id": "someone-else"}):
+        world.feed(rg.BoardSignal({"project_id": "demo", "changes": {}, "at": "2030-01-01T10:00:00.000Z", **signal}))
+    world.settle()
+    assert world.renders[before:] == []
+
+
 def test_renders_and_writes_are_serial_across_registrations() -> None:
     world = World(auto_io=False)
     one, two = world.card(1), world.card(2)

@@ -20,6 +20,7 @@ import pytest
 from services.board.sqlite_store import SqliteStore
 from services.hub.pointer import pid_alive, read_pointer
 from tests.support.board import (
+    REPORT,
     VENV_BIN,
     BoardClient,
     RunningBoard,
@@ -283,6 +284,44 @@ async def test_standalone_follows_the_board_directly(taskd: TaskdProcess, runtim
         assert replayed["revision"] > resume  # the replayed row was seen too
         assert (await record_of(runtime, watcher, "ttl"))["ttl_ms"] == 600
         assert await asyncio.wait_for(watcher.wait(), 20) == 0
+
+
+@pytest.mark.parametrize("through", ["hub", "standalone"])
+async def test_a_finished_blocker_refreshes_the_card_it_held(
+    taskd: TaskdProcess, runtime: Runtime, tmp_path: Path, through: str
+) -> None:
+    """The blocker's rows name only the blocker: the board's ``card_unblocked`` signal is what
+    tells the watcher (the hub process, or taskctl on its own) that the kept card's
+    ``blocked_by`` changed."""
+    taskd.start()
+    env = runtime.env(taskd, **CADENCE)
+    out = tmp_path / "card.md"
+    async with aiohttp.ClientSession() as session:
+        client = BoardClient(taskd.url, taskd.token, session)
+        card = await make_task(client)
+        reply = await client.post("/api/v1/tasks", {"project": "demo", "title": "Land it", "acceptance_mode": "none"})
+        assert reply.status == 201, reply.body
+        blocker = reply.body
+        reply = await client.post(f"/api/v1/tasks/{blocker['id']}/relations", {"type": "blocks", "target": card["id"]})
+        assert reply.status == 201, reply.body
+        mode = ["--standalone"] if through == "standalone" else []
+        watcher = await streaming(runtime, env, "export", "watch", card["identifier"], "--out", str(out),
+                                  *mode, "--url", taskd.url)
+        await record_of(runtime, watcher, "registered")
+        # Every mark made so far is served once the rename is in the file (batches are serial).
+        await rename(client, card, "Renamed while blocked")
+        while title_of(out) != "Renamed while blocked":
+            await record_of(runtime, watcher, "refresh")
+        assert f"\nblocked_by: [{blocker['identifier']}]\n" in out.read_text()
+
+        for path, body in (("claim", {}), ("deliver", {"body": REPORT}), ("move", {"to": "done"})):
+            reply = await client.post(f"/api/v1/tasks/{blocker['id']}/{path}", body)
+            assert reply.status == 200, (path, reply.body)
+        while "\nblocked_by: []\n" not in out.read_text():
+            await record_of(runtime, watcher, "refresh")
+        assert f"- blocked by {blocker['identifier']}" in out.read_text()  # the relation stays listed
+        watcher.terminate()
+        await asyncio.wait_for(watcher.wait(), 20)
 
 
 async def test_terminal_cards_need_no_stream_standalone_or_through_the_hub(runtime: Runtime, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.hub.briefs import dir_target, path_problem, tasks_named, write_brief
+from services.hub.briefs import dir_target, path_problem, tasks_named, tasks_signalled, write_brief
 from services.hub.cadence import RefreshSchedule
 from services.hub.protocol import (
     Close,
@@ -205,6 +205,14 @@ def test_tasks_named() -> None:
     relation = {"task_id": "t2", "event": "relation_added", "changes": {"source": "t1", "target": "t2"}}
     assert tasks_named(relation) == {"t1", "t2"}
     assert tasks_named({**relation, "event": "relation_removed"}) == {"t1", "t2"}
+
+
+def test_tasks_signalled_names_the_card_whose_open_blockers_moved() -> None:
+    for type_ in ("card_blocked", "card_unblocked"):
+        assert tasks_signalled({"type": type_, "task_id": "t1", "changes": {"blockers": ["DEMO-0002"]}}) == {"t1"}
+    assert tasks_signalled({"type": "claim_stale", "task_id": "t1", "changes": {}}) == set()
+    assert tasks_signalled({"type": "wip_exceeded", "task_id": None, "changes": {}}) == set()
+    assert tasks_signalled({"type": "card_unblocked"}) == set()
 
 
 def test_write_brief_is_atomic_and_skips_identical_bytes(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from services.board.sqlite_store import SqliteStore
 from services.board.store import Actor, Tx
 from shared import events
 from shared.timestamps import format_timestamp
-from tests.support.board import VENV_BIN, BoardClient, RunningBoard, TaskdProcess, start_board
+from tests.support.board import REPORT, VENV_BIN, BoardClient, RunningBoard, TaskdProcess, start_board
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "brief_golden.md"
 REGENERATE = os.environ.get("TASKLOOM_REGENERATE_GOLDEN") == "1"
@@ -351,6 +351,36 @@ async def test_same_state_same_bytes_and_unrelated_changes_do_not_touch_the_brie
     assert edited.body["markdown"] != first.body["markdown"]
     assert edited.body["task"]["revision"] > first.body["task"]["revision"]
     assert 'updated title: "Write the docs" → "Write better docs"' in edited.body["markdown"]
+
+
+async def test_blocked_by_names_the_open_blockers_and_relations_keep_every_one(client: BoardClient) -> None:
+    """``blocked_by`` is the one rule's answer (``GET /tasks/{ref}`` says the same); the Relations
+    section still lists the relation after the blocker is done, and a reopen blocks again."""
+    blocker = await make_task(client, "Land the schema", acceptance_mode="none")
+    card = await make_task(client, "Write the docs")
+    assert (blocker["identifier"], card["identifier"]) == ("DEMO-0001", "DEMO-0002")
+    reply = await client.post(f"/api/v1/tasks/{blocker['id']}/relations", {"type": "blocks", "target": card["id"]})
+    assert reply.status == 201, reply.body
+
+    async def brief_of() -> tuple[str, list[str], str]:
+        markdown = (await client.post("/api/v1/export", {"ref": card["id"]})).body["markdown"]
+        front = dict(line.split(": ", 1) for line in markdown.split("---\n")[1].strip().split("\n"))
+        view = (await client.get(f"/api/v1/tasks/{card['id']}")).body["blocked_by"]
+        relations = markdown.split("\n## Relations\n\n", 1)[1].split("\n\n## ", 1)[0]
+        return front["blocked_by"], view, relations
+
+    assert await brief_of() == ("[DEMO-0001]", ["DEMO-0001"], "- blocked by DEMO-0001")
+    worker = client.as_actor("claude", "worker-1")
+    for path, body in (("claim", {}), ("deliver", {"body": REPORT}), ("move", {"to": "done"})):
+        reply = await worker.post(f"/api/v1/tasks/{blocker['id']}/{path}", body)
+        assert reply.status == 200, (path, reply.body)
+    # The card's own row did not move, but its open blockers did: the brief says so.
+    assert await brief_of() == ("[]", [], "- blocked by DEMO-0001")
+    reply = await client.post(f"/api/v1/tasks/{blocker['id']}/reopen", {"reason": "the schema needs another column"})
+    assert reply.status == 200, reply.body
+    assert await brief_of() == ("[DEMO-0001]", ["DEMO-0001"], "- blocked by DEMO-0001")
+    assert (await client.post(f"/api/v1/tasks/{blocker['id']}/move", {"to": "canceled"})).status == 200
+    assert await brief_of() == ("[]", [], "- blocked by DEMO-0001")
 
 
 async def test_the_brief_reads_what_the_real_commands_write(client: BoardClient, board: RunningBoard) -> None:

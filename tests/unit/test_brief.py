@@ -30,6 +30,7 @@ def task(**overrides: Any) -> dict[str, Any]:
         "delivered_by": None, "delivery_round": 1, "acceptance_mode": "review", "waiver_reason": None,
         "awaiting_reason": None, "blocked_reason": None, "idem": None, "meta": {}, "version": 1, "revision": 7,
         "archived_at": None, "created_at": "2030-01-01T10:00:00.000Z", "updated_at": "2030-01-01T10:00:00.000Z",
+        "blocked_by": [],  # the task view's open blockers (conditions/rules.py), not the relations
     }
     return {**base, **overrides}
 
@@ -262,7 +263,8 @@ def test_an_empty_card_has_every_section_saying_so() -> None:
 def test_front_matter_quotes_free_text_as_json_strings() -> None:
     tricky = 'Fix: "quotes", colons\nand # hashes'
     markdown = brief.render(card(
-        task=task(title=tricky, labels=["true", "v1.2"], assignee_kind="claude", assignee_id="w: 1"),
+        task=task(title=tricky, labels=["true", "v1.2"], assignee_kind="claude", assignee_id="w: 1",
+                  blocked_by=["DEMO-0003"]),
         relations=[{"id": "r", "type": "parent", "source_id": EPIC, "target_id": ME, "created_at": "x"},
                    {"id": "s", "type": "blocks", "source_id": OTHER, "target_id": ME, "created_at": "x"},
                    {"id": "t", "type": "blocks", "source_id": ME, "target_id": EPIC, "created_at": "x"}],
@@ -280,6 +282,16 @@ def test_front_matter_quotes_free_text_as_json_strings() -> None:
     assert fields["reporter"] == "null" and fields["revision"] == "7"
     assert fields["parent"] == "[DEMO-0002]" and fields["blocked_by"] == "[DEMO-0003]"
     assert "# DEMO-0001: Fix: \"quotes\", colons and # hashes\n" in markdown
+
+
+def test_blocked_by_is_the_open_blockers_while_relations_list_every_blocks() -> None:
+    """The front matter reads the task view's ``blocked_by``; a done blocker's relation stays listed."""
+    relations = [{"id": "s", "type": "blocks", "source_id": OTHER, "target_id": ME, "created_at": "x"},
+                 {"id": "t", "type": "blocks", "source_id": EPIC, "target_id": ME, "created_at": "x"}]
+    for open_blockers in ([], ["DEMO-0003"], ["DEMO-0002", "DEMO-0003"]):
+        markdown = brief.render(card(task=task(blocked_by=open_blockers), relations=relations))
+        assert f"\nblocked_by: [{', '.join(open_blockers)}]\n" in markdown
+        assert sections_of(markdown)["## Relations"] == "- blocked by DEMO-0003\n- blocked by DEMO-0002"
 
 
 def test_bodies_cannot_pose_as_sections() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from ..dialect import Connection, placeholders
 from .activities import ACTIVITY_COLUMNS, to_frame
 from .activities import floor as log_floor
-from .tasks import require_task, task_to_dict
+from .tasks import require_task, task_resource
 
 RELATION_EVENTS = ("relation_added", "relation_removed")
 
@@ -18,7 +18,8 @@ def _rows(conn: Connection, sql: str, task_id: str) -> list[dict[str, Any]]:
 
 def card_snapshot(conn: Connection, ref: str) -> dict[str, Any]:
     """Everything the brief of one card shows, in display order (creation order, rowid breaking ties)."""
-    task = task_to_dict(require_task(conn, ref))
+    # The task as the API answers it: its ``blocked_by`` is the one rule's (conditions/rules.py).
+    task = task_resource(conn, require_task(conn, ref))
     task_id = task["id"]
     relations = [
         dict(row)
