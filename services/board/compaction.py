@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -111,6 +112,12 @@ def plan(conn: Any, *, through: int | None, older_than_days: int | None, now: da
     return Plan(current, target, rows)
 
 
+#: One compaction at a time per store. Each one clears the archives a killed run left just past
+#: the floor it planned from; a second run planned from the same floor would take the first
+#: one's archive (or its temp file, mid-write) for such a leftover while the first commits.
+_RUNNING: Final[weakref.WeakKeyDictionary[WriterStore, asyncio.Lock]] = weakref.WeakKeyDictionary()
+
+
 def archive_path(data_dir: Path, start: int, end: int) -> Path:
     return data_dir / ARCHIVE_DIR / f"activities-{start}-{end}.jsonl.gz"
 
@@ -165,9 +172,19 @@ async def compact(
     dry_run: bool = False,
     actor: Any = None,
 ) -> dict[str, Any]:
+    lock = _RUNNING.setdefault(store, asyncio.Lock())
+    async with lock:
+        return await _compact(store, data_dir, through=through, older_than_days=older_than_days,
+                              dry_run=dry_run, actor=actor)
+
+
+async def _compact(
+    store: WriterStore, data_dir: Path, *, through: int | None, older_than_days: int | None, dry_run: bool, actor: Any,
+) -> dict[str, Any]:
     from .store import SYSTEM_ACTOR
 
-    # Two compactions at once cannot both win: the second finds the floor moved (409 CONFLICT).
+    # Two board processes (PostgreSQL) cannot both win either: the second finds the floor moved
+    # (409 CONFLICT) and removes the archive it wrote.
     now = datetime.now(UTC)
     chosen = await store.query(plan, through=through, older_than_days=older_than_days, now=now)
     answer: dict[str, Any] = {

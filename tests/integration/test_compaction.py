@@ -344,3 +344,28 @@ async def test_a_brief_says_its_earlier_history_was_archived(board: RunningBoard
     history = after.split("## History", 1)[1]
     assert f"Earlier events (up to revision {revisions[2]}) were archived by retention" in history
     assert "activities-*.jsonl.gz" in history
+
+
+async def test_two_compactions_at_once_lose_no_archive(board: RunningBoard, client: BoardClient) -> None:
+    """Two compactions sent together (a person and the daily run, or two scripts): every row the
+    log lost is in an archive on disk. One clears the files a killed run left past the floor, and
+    must not take the other's archive for one of those."""
+    task = await make_task(client)
+    revisions = await rows_of(board, task, 60)
+    before = {row["revision"]: row for row in (await client.get(f"{API}/activities?limit=500")).body["items"]}
+    replies = await asyncio.gather(
+        client.post(f"{API}/admin/compact", {"through": revisions[19]}),
+        client.post(f"{API}/admin/compact", {"through": revisions[39]}),
+    )
+    assert all(reply.status in (200, 409) for reply in replies), [reply.body for reply in replies]
+    assert any(reply.status == 200 for reply in replies), [reply.body for reply in replies]
+    floor = (await meta(client))["floor"]
+    kept = {row["revision"] for row in (await client.get(f"{API}/activities?after={floor}&limit=500")).body["items"]}
+    gone = sorted(revision for revision in before if revision not in kept)
+    assert gone and gone[-1] == floor
+    on_disk = {
+        row["revision"]: row for path in sorted((board.data_dir / "archive").glob("activities-*.jsonl.gz"))
+        for row in archived(path)
+    }
+    assert sorted(on_disk) == gone, "every removed row is archived, and only those"
+    assert all(on_disk[revision] == before[revision] for revision in gone)
