@@ -1,7 +1,9 @@
 """Who may talk to the board: the bearer token, the browser session cookie, the Host guard.
 
 The token is ``tl_`` + 64 hex in ``<data_dir>/token`` (0600). Login links carry one-time codes
-held in memory; they expire after ``LOGIN_CODE_TTL``.
+held in memory (and, on a shared database, as ``board_secrets`` rows); they expire after
+``LOGIN_CODE_TTL``, and each mint or redemption forgets the expired ones, a bounded number at a time
+(``SWEEP_AT_MOST``), so codes nobody redeemed do not pile up.
 
 A session cookie is ``tls1.<nonce>.<issued>.<seen>.<signature>``: the times (Unix seconds) are
 when the login link was redeemed and when the cookie was last renewed, signed with the token. So
@@ -49,6 +51,9 @@ SESSION_ABSOLUTE_SECONDS: Final = 7 * 24 * 60 * 60
 #: A cookie in use is re-issued with a new ``seen`` at most this often (one Set-Cookie a minute).
 RENEW_AFTER: Final = 60.0
 LOGIN_CODE_TTL = 600.0
+#: Expired login codes one mint or redemption removes at most: the work stays bounded however many
+#: piled up, and each mint adds one code, so a backlog shrinks.
+SWEEP_AT_MOST: Final = 100
 #: The token's key among the secrets a shared database keeps (``store.SharedSecrets``), and the
 #: prefixes of a login code's and a revoked session's keys.
 TOKEN_SECRET: Final = "token"
@@ -206,7 +211,7 @@ class Credentials:
 
     def new_login_code(self, *, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now
-        self._codes = {code: expiry for code, expiry in self._codes.items() if expiry > now}
+        self._forget_expired_codes(now)
         code = secrets.token_urlsafe(24)
         self._codes[code] = now + LOGIN_CODE_TTL
         return code
@@ -214,15 +219,30 @@ class Credentials:
     def redeem_login_code(self, code: str, *, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
         expiry = self._codes.pop(code, None)
+        self._forget_expired_codes(now)
         return expiry is not None and expiry > now
+
+    def _forget_expired_codes(self, now: float) -> None:
+        """Drop expired codes from the front: codes are added in expiry order (each one TTL after a
+        monotonic now), so the first live one ends the walk and the work is the codes it removes."""
+        for _ in range(SWEEP_AT_MOST):
+            oldest = next(iter(self._codes.items()), None)
+            if oldest is None or oldest[1] > now:
+                return
+            del self._codes[oldest[0]]
 
     async def mint_login_code(self) -> str:
         """A login code any board process on a shared database redeems (else this one only)."""
         code = self.new_login_code()
         if self.shared is not None:
-            expiry = str(int(self.clock() + LOGIN_CODE_TTL))
-            await asyncio.get_running_loop().run_in_executor(None, self.shared.write_secret, LOGIN_PREFIX + code, expiry)
+            now = self.clock()
+            await asyncio.get_running_loop().run_in_executor(None, self._mint_shared, code, now)
         return code
+
+    def _mint_shared(self, code: str, now: float) -> None:
+        assert self.shared is not None
+        self.shared.drop_expired_secrets(LOGIN_PREFIX, now, at_most=SWEEP_AT_MOST)
+        self.shared.write_secret(LOGIN_PREFIX + code, str(int(now + LOGIN_CODE_TTL)))
 
     async def redeem_anywhere(self, code: str) -> bool:
         """Redeem a code minted here or, on a shared database, by any board process: once, anywhere."""
@@ -230,8 +250,15 @@ class Credentials:
         if self.shared is None or not code:
             return local
         # The database's row decides, wherever the code was minted: whoever deletes it redeems it.
-        expiry = await asyncio.get_running_loop().run_in_executor(None, self.shared.take_secret, LOGIN_PREFIX + code)
-        return expiry is not None and int(expiry) > self.clock()
+        now = self.clock()
+        expiry = await asyncio.get_running_loop().run_in_executor(None, self._redeem_shared, code, now)
+        return expiry is not None and int(expiry) > now
+
+    def _redeem_shared(self, code: str, now: float) -> str | None:
+        assert self.shared is not None
+        expiry = self.shared.take_secret(LOGIN_PREFIX + code)
+        self.shared.drop_expired_secrets(LOGIN_PREFIX, now, at_most=SWEEP_AT_MOST)
+        return expiry
 
     def merge_revocations(self, revoked: dict[str, int]) -> None:
         """Revocations another board process on the shared database wrote."""

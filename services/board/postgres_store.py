@@ -497,6 +497,16 @@ class PostgresStore(WriterStore):
         )
         return {str(row[0]): str(row[1]) for row in rows}
 
+    def drop_expired_secrets(self, prefix: str, now: float, *, at_most: int) -> int:
+        conn = self._own_conn()
+        # The key's C collation lets the primary key answer the prefix; LIMIT bounds the work.
+        deleted = conn.execute(
+            "DELETE FROM board_secrets WHERE key IN (SELECT key FROM board_secrets"
+            " WHERE key LIKE ? AND CAST(value AS BIGINT) <= ? LIMIT ?)",
+            (f"{prefix}%", now, at_most),
+        ).rowcount
+        return int(deleted)
+
     def add_token_listener(self, listener: TokenListener) -> None:
         """Called on the event loop when any process rotates the board token."""
         self._token_listeners.append(listener)

@@ -295,6 +295,10 @@ class SharedSecrets(Protocol):
 
     def secrets_with_prefix(self, prefix: str) -> dict[str, str]: ...
 
+    def drop_expired_secrets(self, prefix: str, now: float, *, at_most: int) -> int:
+        """Remove up to ``at_most`` keys under ``prefix`` whose value, an expiry in Unix seconds, is
+        not after ``now`` (exactly those a reader testing ``int(value) > now`` refuses); how many."""
+
     def add_token_listener(self, listener: Callable[[], None]) -> None:
         """Called on the event loop when any process changes the token or revokes a session."""
 

@@ -233,3 +233,54 @@ async def test_activity_pages_use_an_opaque_cursor(client: BoardClient) -> None:
     assert seen == sorted(seen) and len(seen) == 7
     bad = await client.get("/api/v1/activities?cursor=!!!")
     assert bad.status == 400 and bad.error == "VALIDATION_FAILED"
+
+
+# -- filters naming a project (docs/architecture.md, "List filters") ----------------------------------
+
+#: Every read that takes ``project=``: an unknown one is named, never answered with an empty list.
+PROJECT_FILTERED = [
+    "/api/v1/tasks?project=nosuch",
+    "/api/v1/tasks?ready=true&project=nosuch",
+    "/api/v1/tasks?ready=true&project=nosuch&for=worker-1",
+    "/api/v1/tasks?project=nosuch&status=todo&blocked=false",
+    "/api/v1/activities?project=nosuch",
+    "/api/v1/activities?project=nosuch&order=desc",
+    "/api/v1/labels?project=nosuch",
+    "/api/v1/breaches?project=nosuch",
+    "/api/v1/events?project=nosuch",
+]
+
+
+@pytest.mark.parametrize("path", PROJECT_FILTERED)
+async def test_an_unknown_project_in_a_filter_is_404(client: BoardClient, board: RunningBoard, path: str) -> None:
+    await make_task(client)  # the board has a project and rows: only the filter's project is missing
+    before = await activity_count(board)
+    reply = await client.get(path)
+    assert reply.status == 404, reply.body
+    assert reply.body["error"]["code"] == "NOT_FOUND"
+    assert reply.body["error"]["details"] == {"project": "nosuch"}
+    assert await activity_count(board) == before
+
+
+@pytest.mark.parametrize("path", [
+    "/api/v1/tasks?project=empty",
+    "/api/v1/tasks?ready=true&project=empty",
+    "/api/v1/tasks?ready=true&project=empty&for=worker-1",
+    "/api/v1/activities?project=empty&event=task_created",  # its one row is project_created
+    "/api/v1/labels?project=empty",
+    "/api/v1/breaches?project=empty",
+])
+async def test_a_known_project_with_nothing_in_it_is_an_empty_list(client: BoardClient, path: str) -> None:
+    await make_task(client)
+    assert (await client.post("/api/v1/projects", {"id": "empty"})).status == 201
+    reply = await client.get(path)
+    assert reply.status == 200, reply.body
+    assert reply.body["items"] == []
+
+
+async def test_a_value_filter_matching_nothing_is_an_empty_list(client: BoardClient) -> None:
+    await make_task(client)
+    for path in ("/api/v1/tasks?label=nosuch", "/api/v1/tasks?assignee=nosuch", "/api/v1/tasks?kind=epic",
+                 "/api/v1/tasks?project=demo&q=nosuch", "/api/v1/activities?actor=nosuch"):
+        reply = await client.get(path)
+        assert reply.status == 200 and reply.body["items"] == [], (path, reply.body)

@@ -15,6 +15,7 @@ from shared.limits import MAX_CHANGES_BYTES, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 
 from ..dialect import Connection, Row
 from .paging import decode_cursor, page
+from .projects import require_project
 
 ACTIVITY_COLUMNS = "id, task_id, project_id, actor_kind, actor_id, event, changes_json, revision, created_at"
 REPLAY_PAGE = 500
@@ -112,6 +113,7 @@ def list_activities(
         clauses.append("revision > ?")
         params.append(after)
     if project is not None:
+        require_project(conn, project)
         clauses.append("project_id = ?")
         params.append(project)
     if task_id is not None:

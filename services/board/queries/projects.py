@@ -28,6 +28,8 @@ def project_to_dict(row: Row) -> dict[str, Any]:
 
 
 def require_project(conn: Connection, project_id: str) -> Row:
+    """The project a command or a filter names: an unknown one is 404, never an empty list
+    (docs/architecture.md, "List filters")."""
     row: Row | None = conn.execute("SELECT * FROM projects WHERE id = ?", (project_id,)).fetchone()
     if row is None:
         raise not_found("project", project_id)

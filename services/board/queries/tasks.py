@@ -12,6 +12,7 @@ from shared.errors import not_found, validation
 from ..conditions import rules
 from ..dialect import Connection, Row, dialect_of
 from .paging import decode_cursor, decode_key_cursor, encode_cursor, page
+from .projects import require_project
 from .refs import resolve_prefix
 
 TASK_FIELDS = (
@@ -97,6 +98,7 @@ def list_tasks(
     if for_actor is not None and not ready:
         raise validation("for applies to the ready queue: add ready=true", field="for")
     if project is not None:
+        require_project(conn, project)
         clauses.append("project_id = ?")
         params.append(project)
     if status:
