@@ -471,8 +471,10 @@ class PostgresStore(WriterStore):
         row = self.run_query(lambda conn: conn.execute("SELECT value FROM board_secrets WHERE key = ?", (key,)).fetchone())
         return None if row is None else str(row[0])
 
-    def write_secret(self, key: str, value: str, *, only_if_absent: bool = False, notify_token: bool = False) -> str:
-        """Store ``value`` under ``key`` (or keep the stored one when ``only_if_absent``); returns what is stored."""
+    def write_secret(
+        self, key: str, value: str, *, only_if_absent: bool = False, notify_token: bool = False,
+        drop_prefix: str | None = None,
+    ) -> str:
         conflict = "DO NOTHING" if only_if_absent else "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at"
         conn = self._own_conn()
         with conn.raw.transaction():
@@ -480,6 +482,8 @@ class PostgresStore(WriterStore):
                 f"INSERT INTO board_secrets (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) {conflict}",
                 (key, value, utc_now()),
             )
+            if drop_prefix is not None:
+                conn.execute("DELETE FROM board_secrets WHERE key LIKE ?", (f"{drop_prefix}%",))
             stored = conn.execute("SELECT value FROM board_secrets WHERE key = ?", (key,)).fetchone()
             assert stored is not None, "written in this transaction"
             if notify_token:

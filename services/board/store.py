@@ -288,7 +288,12 @@ class SharedSecrets(Protocol):
 
     def read_secret(self, key: str) -> str | None: ...
 
-    def write_secret(self, key: str, value: str, *, only_if_absent: bool = False, notify_token: bool = False) -> str: ...
+    def write_secret(
+        self, key: str, value: str, *, only_if_absent: bool = False, notify_token: bool = False,
+        drop_prefix: str | None = None,
+    ) -> str:
+        """Store ``value`` under ``key`` (or keep the stored one when ``only_if_absent``) and return
+        what is stored; in the same transaction, remove every key under ``drop_prefix``."""
 
     def take_secret(self, key: str) -> str | None:
         """Remove ``key`` and return what it held, atomically: a second taker gets None."""

@@ -150,3 +150,27 @@ async def test_a_backlog_of_expired_rows_drains_a_bounded_number_per_mint(
     second = await mint(pg_board, http)
     assert set(login_rows(postgres_url)) == {first, second}
     assert await redeem(pg_board, http, first) == 302 and await redeem(pg_board, http, second) == 302
+
+
+async def test_a_token_rotation_ends_the_login_links_minted_before_it(
+    tmp_path: Path, pg_board: RunningBoard, http: aiohttp.ClientSession, postgres_url: str
+) -> None:
+    """A rotation is how a leaked token is answered, and a login link is the token's power for ten
+    minutes: every board process must refuse the links minted before it, not only the one that
+    rotated (which forgets its own codes in memory)."""
+    other = await start_board(tmp_path / "other", database=postgres_url)
+    try:
+        minted = [await mint(pg_board, http) for _ in range(2)]
+        assert set(login_rows(postgres_url)) == set(minted)
+        rotated = await BoardClient(pg_board.url, pg_board.token, http).post(f"{API}/token/rotate")
+        assert rotated.status == 200, rotated.body
+        assert login_rows(postgres_url) == {}, "the rotation took the links minted under the old token"
+        assert await redeem(other, http, minted[0]) == 401, "another process refuses a link from before"
+        assert await redeem(pg_board, http, minted[1]) == 401
+        token = pg_board.app[CREDENTIALS].token
+        reply = await BoardClient(pg_board.url, token, http).post(f"{API}/login-links")
+        assert reply.status == 200, reply.body
+        after = str(reply.body["url"]).split("code=", 1)[1]
+        assert await redeem(other, http, after) == 302, "a link minted after the rotation works anywhere"
+    finally:
+        await other.runner.cleanup()

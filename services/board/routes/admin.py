@@ -40,9 +40,10 @@ async def rotate_token(call: Call) -> Any:
     loop = asyncio.get_running_loop()
     if isinstance(call.store, SharedSecrets):
         # The database's copy is the token every board process on it accepts; its NOTIFY makes
-        # the others reload it (app.share_credentials).
+        # the others reload it (app.share_credentials). The login links minted under the old
+        # token go with it, for every process: each forgets only its own codes in memory.
         await loop.run_in_executor(None, functools.partial(
-            call.store.write_secret, auth.TOKEN_SECRET, token, notify_token=True))
+            call.store.write_secret, auth.TOKEN_SECRET, token, notify_token=True, drop_prefix=auth.LOGIN_PREFIX))
     # fsync off the loop: a slow disk must not stall every open stream.
     await loop.run_in_executor(None, auth.write_token, path, token)
     call.request.app[CREDENTIALS].replace_token(token)
