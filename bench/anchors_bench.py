@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from bench.stream_bench import Board, cpu_seconds, percentile, split
+from bench.support import Service
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -436,12 +436,8 @@ class Server:
     def stop(self) -> None:
         if self.board is not None:
             self.board.stop()
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        if self.process is not None:
+            Service(self.process).stop()
 
 
 def redis_binary() -> str | None:

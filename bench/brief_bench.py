@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -31,7 +29,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench.support import read_json, wait_for
+from bench import support
+from bench.support import Service, isolated_env, run_async, start_board
 from services.hub.briefs import write_brief
 from shared import hub_protocol as hp
 
@@ -45,41 +44,13 @@ RUNS = (
 )
 POLL = 0.002
 RENDER_SAMPLES = 200
-BIN = Path(sys.executable).parent
-
-
-def _stop(popen: subprocess.Popen[bytes]) -> None:
-    if popen.poll() is None:
-        popen.terminate()
-        try:
-            popen.wait(10)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-
-
-def start_board(folder: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str, str]:
-    data_dir = folder / "data"
-    popen = subprocess.Popen(
-        [str(BIN / "taskd"), "serve", "--port", "0", "--data-dir", str(data_dir)],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "taskd.log", "wb"), stdin=subprocess.DEVNULL,
-    )
-    board_json = folder / "run" / "board.json"
-    pointer = wait_for("taskd's pointer", lambda: (p := read_json(board_json)) and p.get("pid") == popen.pid and p)
-    return popen, pointer["url"], (data_dir / "token").read_text().strip()
 
 
 def start_hub(folder: Path, env: dict[str, str], url: str, token: str, cadence: tuple[float, float, float]
-              ) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+              ) -> tuple[Service, dict[str, Any]]:
     debounce, max_wait, floor = cadence
-    popen = subprocess.Popen(
-        [str(BIN / "taskhub"), "serve", "--board", url, "--idle-exit", "0", "--refresh-debounce", str(debounce),
-         "--refresh-max-wait", str(max_wait), "--refresh-floor", str(floor)],
-        env={**env, "TASKLOOM_TOKEN": token}, stdout=subprocess.DEVNULL, stderr=open(folder / "taskhub.err", "ab"),
-        stdin=subprocess.DEVNULL,
-    )
-    pointer_path = folder / "run" / f"hub-{hp.hub_key(url, token)}.json"
-    pointer = wait_for("taskhub's pointer", lambda: (p := read_json(pointer_path)) and p.get("pid") == popen.pid and p)
-    return popen, pointer
+    return support.start_hub(folder, env, url, token, "--refresh-debounce", str(debounce),
+                             "--refresh-max-wait", str(max_wait), "--refresh-floor", str(floor))
 
 
 async def hub_request(port: int, token: str, message: dict[str, Any]) -> dict[str, Any]:
@@ -189,7 +160,7 @@ async def measure(folder: Path, env: dict[str, str], url: str, token: str, tasks
         versions = sum(len(seen) for seen in poller.seen)
         return {"latencies": latencies, "versions": versions, "writes": len(commits), "seconds": seconds}
     finally:
-        _stop(hub)
+        hub.stop()
 
 
 async def render_cost(url: str, token: str, task: dict[str, Any], folder: Path) -> tuple[list[float], list[float], int]:
@@ -211,9 +182,9 @@ async def render_cost(url: str, token: str, task: dict[str, Any], folder: Path) 
 
 
 async def run(folder: Path) -> list[tuple[str, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKLOOM_")}
-    env.update(TASKLOOM_RUNTIME_DIR=str(folder / "run"), TASKLOOM_DATA_DIR=str(folder / "data"))
-    board, url, token = start_board(folder, env)
+    env = isolated_env(folder)
+    board = start_board(folder, env=env)
+    url, token = board.url, board.token
     rows: list[tuple[str, str]] = []
     try:
         headers = {"Authorization": f"Bearer {token}", "X-Taskloom-Actor-Kind": "human", "X-Taskloom-Actor": "bench"}
@@ -242,18 +213,13 @@ async def run(folder: Path) -> list[tuple[str, str]]:
             f"p50 {statistics.median(writes):.1f} ms, p99 {percentile(writes, .99):.1f} ms",
         ))
     finally:
-        _stop(board)
+        board.stop()
     return rows
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="taskloom-brief-bench-") as folder:
-        try:
-            import uvloop
-        except ImportError:
-            rows = asyncio.run(run(Path(folder)))
-        else:
-            rows = uvloop.run(run(Path(folder)))
+        rows = run_async(run(Path(folder)))
     width = max(len(name) for name, _ in rows)
     print(f"| {'measure':<{width}} | result |")
     print(f"|{'-' * (width + 2)}|---|")

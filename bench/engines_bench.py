@@ -18,10 +18,7 @@ temp dir, loopback port, fsync off, as the test suite runs it).
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +29,7 @@ import aiohttp
 import orjson
 
 from bench.http_bench import client_loop
-from shared.sse import SSEMessage, SSEParser
+from bench.support import Board, follow_board, start_board
 
 COMMAND = ".venv/bin/python -m bench engines"
 CLIENTS = 16
@@ -41,44 +38,6 @@ WARMUP_SECONDS = 1.0
 STREAMS = 100
 WRITES = 100
 HEADERS = {"X-Taskloom-Actor-Kind": "claude", "X-Taskloom-Actor": "bench"}
-
-
-@dataclass
-class Board:
-    process: subprocess.Popen[bytes]
-    url: str
-    token: str
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-
-
-def start_board(folder: Path, *args: str) -> Board:
-    data_dir, runtime = folder / "data", folder / "run"
-    folder.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "TASKLOOM_RUNTIME_DIR": str(runtime), "TASKLOOM_DATA_DIR": str(data_dir)}
-    taskd = Path(sys.executable).parent / "taskd"
-    process = subprocess.Popen(
-        [str(taskd), "serve", "--port", "0", "--data-dir", str(data_dir), *args],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "taskd.log", "wb"), stdin=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"taskd exited: {(folder / 'taskd.log').read_text()}")
-        try:
-            pointer = json.loads((runtime / "board.json").read_text())
-            if pointer.get("pid") == process.pid:
-                return Board(process, pointer["url"], (data_dir / "token").read_text().strip())
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)  # polling a file another process writes; not a test
-    process.kill()
-    raise RuntimeError("taskd did not write its pointer in 60 s")
 
 
 @dataclass
@@ -124,18 +83,13 @@ async def throughput(label: str, boards: list[Board]) -> Throughput:
 
 
 async def follow(session: aiohttp.ClientSession, board: Board, arrivals: dict[str, float], opened: asyncio.Event) -> None:
-    headers = {"Authorization": f"Bearer {board.token}"}
-    async with session.get(f"{board.url}/api/v1/events", headers=headers,
-                           timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as response:
-        parser = SSEParser()
-        opened.set()
-        async for chunk in response.content.iter_any():
-            now = time.perf_counter()
-            for item in parser.feed(chunk):
-                if isinstance(item, SSEMessage) and item.data is not None and item.event is None:
-                    frame = orjson.loads(item.data)
-                    if frame["event"] == "task_created":
-                        arrivals[frame["task_id"]] = now
+    def on_message(event: str | None, data: str, chunk_at: float) -> None:
+        if event is None:
+            frame = orjson.loads(data)
+            if frame["event"] == "task_created":
+                arrivals[frame["task_id"]] = chunk_at
+
+    await follow_board(session, board.url, board.token, opened, on_message)
 
 
 async def write_to_frame(writer: Board, reader: Board) -> list[float]:

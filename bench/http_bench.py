@@ -8,11 +8,7 @@ process, 1 and 16 concurrent clients each alternating ``PATCH /tasks/{id}`` (tas
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -20,47 +16,13 @@ from pathlib import Path
 
 import aiohttp
 
+from bench.support import Board, start_board
+
 COMMAND = ".venv/bin/python -m bench http"
 CONCURRENCY = (1, 16)
 SECONDS = 8.0
 WARMUP_SECONDS = 1.0
 GOAL_AT_16 = 2000
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-@dataclass
-class Board:
-    process: subprocess.Popen[bytes]
-    url: str
-    token: str
-
-    def cpu_seconds(self) -> float:
-        """user + system CPU the board process has used so far (Linux /proc)."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def start_board(folder: Path) -> Board:
-    data_dir, runtime = folder / "data", folder / "run"
-    env = {**os.environ, "TASKLOOM_RUNTIME_DIR": str(runtime), "TASKLOOM_DATA_DIR": str(data_dir)}
-    taskd = Path(sys.executable).parent / "taskd"
-    process = subprocess.Popen(
-        [str(taskd), "serve", "--port", "0", "--data-dir", str(data_dir)],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "taskd.log", "wb"), stdin=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"taskd exited: {(folder / 'taskd.log').read_text()}")
-        try:
-            pointer = json.loads((runtime / "board.json").read_text())
-            if pointer.get("pid") == process.pid:
-                return Board(process, pointer["url"], (data_dir / "token").read_text().strip())
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)  # polling a file another process writes; not a test
-    process.kill()
-    raise RuntimeError("taskd did not write its pointer in 30 s")
 
 
 @dataclass
@@ -149,8 +111,7 @@ def main() -> None:
         try:
             results = asyncio.run(run(board))
         finally:
-            board.process.send_signal(signal.SIGTERM)
-            board.process.wait(timeout=30)
+            board.stop()
     print(f"command: {COMMAND}")
     print(f"taskd serve (subprocess) ← aiohttp client ({client_loop_name}) in the bench process; keep-alive; "
           f"{SECONDS:.0f} s per row after {WARMUP_SECONDS:.0f} s warm-up; half PATCH title, half move todo↔backlog")

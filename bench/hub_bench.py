@@ -14,8 +14,6 @@ import asyncio
 import functools
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from calendar import timegm
@@ -27,9 +25,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench.support import read_json, wait_for
+from bench.support import follow_board, follow_hub, hub_session, isolated_env, run_async, start_board, start_hub
 from shared import hub_protocol as hp
-from shared.sse import SSEMessage, SSEParser
 
 COMMAND = ".venv/bin/python -m bench hub"
 FOLLOWERS = 50
@@ -38,51 +35,6 @@ SECONDS = 10.0
 WARMUP_WRITES = 50
 REPLAY_FRAMES = hp.RING_SIZE
 REPLAY_RUNS = 5
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-BIN = Path(sys.executable).parent
-
-
-@dataclass
-class Process:
-    popen: subprocess.Popen[bytes]
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-    def memory_kib(self) -> dict[str, int]:
-        status = Path(f"/proc/{self.popen.pid}/status").read_text().splitlines()
-        return {line.split(":")[0]: int(line.split()[1]) for line in status if line.startswith(("VmRSS", "VmHWM"))}
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-
-
-def start_board(folder: Path, env: dict[str, str]) -> tuple[Process, str, str]:
-    data_dir = folder / "data"
-    popen = subprocess.Popen(
-        [str(BIN / "taskd"), "serve", "--port", "0", "--data-dir", str(data_dir)],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "taskd.log", "wb"), stdin=subprocess.DEVNULL,
-    )
-    board_json = folder / "run" / "board.json"
-    pointer = wait_for("taskd's pointer", lambda: (p := read_json(board_json)) and p.get("pid") == popen.pid and p)
-    return Process(popen), pointer["url"], (data_dir / "token").read_text().strip()
-
-
-def start_hub(folder: Path, env: dict[str, str], url: str, token: str) -> tuple[Process, dict[str, Any]]:
-    popen = subprocess.Popen(
-        [str(BIN / "taskhub"), "serve", "--board", url, "--idle-exit", "0"],
-        env={**env, "TASKLOOM_TOKEN": token}, stdout=subprocess.DEVNULL, stderr=open(folder / "taskhub.err", "wb"),
-        stdin=subprocess.DEVNULL,
-    )
-    pointer_path = folder / "run" / f"hub-{hp.hub_key(url, token)}.json"
-    pointer = wait_for("taskhub's pointer", lambda: (p := read_json(pointer_path)) and p.get("pid") == popen.pid and p)
-    return Process(popen), pointer
 
 
 @functools.lru_cache(maxsize=4096)
@@ -103,42 +55,21 @@ class Arrivals:
         self.commit_latency[revision] = time.time() - commit_epoch(activity["created_at"])
 
 
-async def hub_session(port: int, token: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=4 << 20)
-    writer.write(orjson.dumps(hp.hello(token)) + b"\n")
-    welcome = orjson.loads(await reader.readline())
-    assert welcome["type"] == "welcome", welcome
-    return reader, writer
-
-
 async def follower(port: int, token: str, arrivals: Arrivals, opened: asyncio.Event) -> None:
-    reader, writer = await hub_session(port, token)
-    writer.write(orjson.dumps(hp.follow(idle_ms=0)) + b"\n")
-    tail = b""
-    try:
-        # Whole chunks split by hand: the bench client must cost less than what it measures.
-        while chunk := await reader.read(1 << 16):
-            *lines, tail = (tail + chunk).split(b"\n")
-            for line in lines:
-                message = orjson.loads(line)
-                if message["type"] == "event":
-                    arrivals.note(message["revision"], message["activity"])
-                elif message["type"] == "open":
-                    opened.set()
-    finally:
-        writer.close()
+    def on_message(message: dict[str, Any], _chunk_at: float) -> None:
+        if message["type"] == "event":
+            arrivals.note(message["revision"], message["activity"])
+
+    await follow_hub(port, token, opened, on_message)
 
 
 async def direct_stream(session: aiohttp.ClientSession, url: str, token: str, arrivals: Arrivals, opened: asyncio.Event) -> None:
-    async with session.get(f"{url}/api/v1/events", headers={"Authorization": f"Bearer {token}"}) as response:
-        assert response.status == 200
-        opened.set()
-        parser = SSEParser()
-        async for chunk in response.content.iter_any():
-            for item in parser.feed(chunk):
-                if isinstance(item, SSEMessage) and item.event is None and item.data:
-                    activity = orjson.loads(item.data)
-                    arrivals.note(activity["revision"], activity)
+    def on_message(event: str | None, data: str, _chunk_at: float) -> None:
+        if event is None:
+            activity = orjson.loads(data)
+            arrivals.note(activity["revision"], activity)
+
+    await follow_board(session, url, token, opened, on_message)
 
 
 async def write_comments(session: aiohttp.ClientSession, url: str, headers: dict[str, str], ref: str, count: int,
@@ -170,9 +101,9 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 async def run(folder: Path) -> list[tuple[str, str, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKLOOM_")}
-    env.update(TASKLOOM_RUNTIME_DIR=str(folder / "run"), TASKLOOM_DATA_DIR=str(folder / "data"))
-    board, url, token = start_board(folder, env)
+    env = isolated_env(folder)
+    board = start_board(folder, env=env)
+    url, token = board.url, board.token
     hub, pointer = start_hub(folder, env, url, token)
     rows: list[tuple[str, str, str]] = []
     try:
@@ -266,12 +197,7 @@ async def run(folder: Path) -> list[tuple[str, str, str]]:
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="taskloom-hub-bench-") as folder:
-        try:
-            import uvloop
-        except ImportError:
-            rows = asyncio.run(run(Path(folder)))
-        else:
-            rows = uvloop.run(run(Path(folder)))
+        rows = run_async(run(Path(folder)))
     width = max(len(name) for name, _, _ in rows)
     print(f"| {'measure':<{width}} | result | goal |")
     print(f"|{'-' * (width + 2)}|---|---|")

@@ -14,11 +14,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from bench.support import Board, start_board
 from services.board.commands import comments, projects, tasks
 from services.board.sqlite_store import SqliteStore
 from services.board.store import Actor, Tx
@@ -43,42 +41,6 @@ DURABILITY_SECONDS = 5.0
 DURABILITY_ROUNDS = 3
 GOAL_RATIO = 0.8
 BUILDER = Actor("human", "bench")
-
-
-@dataclass
-class Board:
-    process: subprocess.Popen[bytes]
-    url: str
-    token: str
-    data_dir: Path
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=60)
-
-
-def start_board(folder: Path, *args: str) -> Board:
-    data_dir, runtime = folder / "data", folder / "run"
-    folder.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "TASKLOOM_RUNTIME_DIR": str(runtime), "TASKLOOM_DATA_DIR": str(data_dir)}
-    taskd = Path(sys.executable).parent / "taskd"
-    process = subprocess.Popen(
-        [str(taskd), "serve", "--port", "0", "--data-dir", str(data_dir), *args],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "taskd.log", "ab"), stdin=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"taskd exited: {(folder / 'taskd.log').read_text()}")
-        try:
-            pointer = json.loads((runtime / "board.json").read_text())
-            if pointer.get("pid") == process.pid:
-                return Board(process, pointer["url"], (data_dir / "token").read_text().strip(), data_dir)
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)  # polling a file another process writes; a bench, not a test
-    process.kill()
-    raise RuntimeError("taskd did not write its pointer in 60 s")
 
 
 def build(data_dir: Path, count: int) -> None:

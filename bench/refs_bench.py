@@ -22,7 +22,8 @@ from typing import Any
 
 from services.board.commands import projects, tasks
 from services.board.queries.tasks import find_task
-from services.board.store import Actor, SqliteStore, connect
+from services.board.sqlite_store import SqliteStore, connect
+from services.board.store import Actor
 
 COMMAND = ".venv/bin/python -m bench refs"
 TASKS = 50_000

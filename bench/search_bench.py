@@ -13,11 +13,8 @@ through a real ``taskd`` over loopback with the page's parameters (``project``, 
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -27,16 +24,16 @@ from typing import Any
 
 import httpx
 
-from bench.support import read_json, wait_for
+from bench.support import isolated_env, start_board
 from services.board.queries import tasks as task_queries
-from services.board.store import connect, migrate, utc_now
+from services.board.sqlite_store import connect, migrate
+from services.board.store import utc_now
 
 COMMAND = ".venv/bin/python -m bench search"
 TASKS = 50_000
 ROUNDS = 200
 HTTP_ROUNDS = 100
 SEED = 14
-BIN = Path(sys.executable).parent
 
 #: (label, q): a rare word, a common one, a word part, two words, a short word (no trigram: the
 #: LIKE path answers it), an identifier, and a word no task holds.
@@ -119,19 +116,6 @@ def row(label: str, samples: list[float], matches: int) -> str:
     )
 
 
-def start_board(folder: Path) -> tuple[subprocess.Popen[bytes], str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKLOOM_")}
-    env.update(TASKLOOM_RUNTIME_DIR=str(folder / "run"), TASKLOOM_DATA_DIR=str(folder / "data"))
-    data_dir = folder / "data"
-    popen = subprocess.Popen(
-        [str(BIN / "taskd"), "serve", "--port", "0", "--data-dir", str(data_dir)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-    )
-    board_json = folder / "run" / "board.json"
-    pointer = wait_for("taskd's pointer", lambda: (p := read_json(board_json)) and p.get("pid") == popen.pid and p, timeout=60)
-    return popen, pointer["url"], (data_dir / "token").read_text().strip()
-
-
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="taskloom-search-bench-") as tmp:
         folder = Path(tmp)
@@ -153,9 +137,9 @@ def main() -> None:
             print(row(f"{label} (`{q}`)", fts, len(answer["items"])) + "|".join(like) + "|")
         conn.close()
 
-        popen, url, token = start_board(folder)
+        board = start_board(folder, env=isolated_env(folder))
         try:
-            client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+            client = httpx.Client(base_url=board.url, headers={"Authorization": f"Bearer {board.token}"}, timeout=30)
             path = "GET /api/v1/tasks?project=bench&archived=true&limit=1000&q=…"
             print(f"\nThrough `taskd` on loopback, `{path}`, {HTTP_ROUNDS} runs each (ms):\n")
             print("| query | matches | p50 | p99 | q/s |")
@@ -169,8 +153,7 @@ def main() -> None:
                 samples, answer = timed(ask, HTTP_ROUNDS)
                 print(row(f"{label} (`{q}`)", samples, len(answer["items"])))
         finally:
-            popen.terminate()
-            popen.wait(20)
+            board.stop()
     print(f"\n{COMMAND}")
 
 

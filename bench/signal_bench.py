@@ -11,7 +11,6 @@ one ``card_blocked`` or ``card_unblocked`` signal for its target (no project set
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import tempfile
 import time
@@ -22,9 +21,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench.hub_bench import Process, hub_session, percentile, start_board, start_hub
-from shared import hub_protocol as hp
-from shared.sse import SSEMessage, SSEParser
+from bench.hub_bench import percentile
+from bench.support import Service, follow_board, follow_hub, isolated_env, run_async, start_board, start_hub
 
 COMMAND = ".venv/bin/python -m bench signal"
 FOLLOWERS = 50
@@ -37,40 +35,26 @@ Arrivals = dict[str, list[float]]
 
 
 async def follower(port: int, token: str, arrivals: Arrivals, opened: asyncio.Event) -> None:
-    reader, writer = await hub_session(port, token)
-    writer.write(orjson.dumps(hp.follow(idle_ms=0)) + b"\n")
-    tail = b""
-    try:
-        while chunk := await reader.read(1 << 16):
-            *lines, tail = (tail + chunk).split(b"\n")
-            now = time.perf_counter()
-            for line in lines:
-                message = orjson.loads(line)
-                if message["type"] == "signal":
-                    arrivals.setdefault(message["signal"]["task_id"], []).append(now)
-                elif message["type"] == "open":
-                    opened.set()
-    finally:
-        writer.close()
+    def on_message(message: dict[str, Any], chunk_at: float) -> None:
+        if message["type"] == "signal":
+            arrivals.setdefault(message["signal"]["task_id"], []).append(chunk_at)
+
+    await follow_hub(port, token, opened, on_message)
 
 
 async def direct(session: aiohttp.ClientSession, url: str, token: str, arrivals: Arrivals, opened: asyncio.Event) -> None:
-    async with session.get(f"{url}/api/v1/events", headers={"Authorization": f"Bearer {token}"}) as response:
-        assert response.status == 200
-        opened.set()
-        parser = SSEParser()
-        async for chunk in response.content.iter_any():
-            now = time.perf_counter()
-            for item in parser.feed(chunk):
-                if isinstance(item, SSEMessage) and item.event == "signal" and item.data:
-                    arrivals.setdefault(orjson.loads(item.data)["task_id"], []).append(now)
+    def on_message(event: str | None, data: str, chunk_at: float) -> None:
+        if event == "signal":
+            arrivals.setdefault(orjson.loads(data)["task_id"], []).append(chunk_at)
+
+    await follow_board(session, url, token, opened, on_message)
 
 
 async def run(folder: Path) -> list[tuple[str, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKLOOM_")}
-    env.update(TASKLOOM_RUNTIME_DIR=str(folder / "run"), TASKLOOM_DATA_DIR=str(folder / "data"))
-    board, url, token = start_board(folder, env)
-    hub: Process | None = None
+    env = isolated_env(folder)
+    board = start_board(folder, env=env)
+    url, token = board.url, board.token
+    hub: Service | None = None
     consumers: list[asyncio.Task[None]] = []
     headers = {"Authorization": f"Bearer {token}", "X-Taskloom-Actor-Kind": "human", "X-Taskloom-Actor": "bench"}
     try:
@@ -152,13 +136,7 @@ async def run(folder: Path) -> list[tuple[str, str]]:
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="taskloom-signal-bench-") as tmp:
-        try:
-            import uvloop
-
-            runner = uvloop.run
-        except ImportError:
-            runner = asyncio.run
-        rows: list[Any] = runner(run(Path(tmp)))
+        rows = run_async(run(Path(tmp)))
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")

@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,8 +34,9 @@ from typing import Any
 
 import orjson
 
+from bench.support import Service, start_board
+
 REPO = Path(__file__).resolve().parents[1]
-VENV_BIN = Path(sys.executable).parent
 TITLE_PREFIX = "bench "
 
 
@@ -355,29 +355,8 @@ class Board:
         return self.root / "data"
 
     def start(self) -> None:
-        runtime = self.root / "run"
-        env = dict(os.environ, TASKLOOM_RUNTIME_DIR=str(runtime), **self.extra_env)
-        with open(self.root / "taskd.log", "ab") as log:
-            self.process = subprocess.Popen(
-                [str(VENV_BIN / "taskd"), "serve", "--port", "0", "--data-dir", str(self.data_dir),
-                 "--max-streams", "2000"],
-                env=env, stdout=subprocess.DEVNULL, stderr=log,
-            )
-        pointer = runtime / "board.json"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                record = json.loads(pointer.read_text())
-                if record.get("pid") == self.process.pid:
-                    self.url = record["url"]
-                    self.token = (self.data_dir / "token").read_text().strip()
-                    return
-            except (OSError, ValueError):
-                pass
-            if self.process.poll() is not None:
-                raise SystemExit(f"taskd exited: {(self.root / 'taskd.log').read_text()}")
-            time.sleep(0.05)
-        raise SystemExit("taskd did not start in 30 s")
+        board = start_board(self.root, "--max-streams", "2000", env={**os.environ, **self.extra_env})
+        self.process, self.url, self.token = board.process, board.url, board.token
 
     def rss(self) -> float:
         assert self.process is not None
@@ -388,12 +367,8 @@ class Board:
         return cpu_seconds(self.process.pid)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        if self.process is not None:
+            Service(self.process).stop()
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         import http.client

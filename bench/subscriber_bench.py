@@ -17,39 +17,20 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
+
+from bench.support import BIN, Service, read_json, start_board, wait_for
 
 COMMAND = ".venv/bin/python -m bench subscriber"
 TRIALS = 100
 WARMUP = 3
 DEBOUNCE = 0.3
-BIN = Path(sys.executable).parent
 ON_WAKE = "printf '%s %s\\n' \"$(date +%s%N)\" \"$TASKLOOM_WAKE_REVISION\" >> \"$WAKES_FILE\""
 TIMEOUT = 20.0
-
-
-def wait_for(predicate: Any, what: str, timeout: float = TIMEOUT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 async def trials(url: str, token: str, wakes: Path, state: Path, count: int) -> list[float]:
@@ -92,15 +73,12 @@ def main() -> None:
         state_dir = root / "loop"
         state_dir.mkdir()
         (state_dir / "sessions.state.json").write_text(json.dumps({"version": 1, "sessions": [{"pid": os.getpid()}]}))
+        board = start_board(root, env=env, keep_stdout=True)
+        url, token = board.url, board.token
         logs = open(root / "processes.log", "ab")
-        board = subprocess.Popen([str(BIN / "taskd"), "serve", "--port", "0", "--data-dir", str(root / "data")],
-                                 env=env, stdin=subprocess.DEVNULL, stdout=logs, stderr=logs)
         subscriber: subprocess.Popen[bytes] | None = None
         hub_pid: int | None = None
         try:
-            pointer = wait_for(lambda: (read_json(root / "run" / "board.json") or {}).get("pid") == board.pid
-                               and read_json(root / "run" / "board.json"), "taskd")
-            url, token = pointer["url"], (root / "data" / "token").read_text().strip()
             subscriber = subprocess.Popen(
                 [str(BIN / "taskctl"), "loop", "subscribe", "--url", url, "--agent", "bench-worker",
                  "--on-wake", ON_WAKE, "--state-dir", str(state_dir), "--debounce", str(DEBOUNCE),
@@ -108,15 +86,15 @@ def main() -> None:
                 env=env, stdin=subprocess.DEVNULL, stdout=logs, stderr=logs,
             )
             state = state_dir / "subscribe.state.json"
-            wait_for(lambda: (read_json(state) or {}).get("state") == "streaming", "the subscriber to stream")
+            wait_for("the subscriber to stream", lambda: (read_json(state) or {}).get("state") == "streaming",
+                     timeout=TIMEOUT)
             hubs = list((root / "run").glob("hub-*.json"))
             hub_pid = (read_json(hubs[0]) or {}).get("pid") if hubs else None
             latencies = asyncio.run(trials(url, token, root / "wakes", state, WARMUP + TRIALS))[WARMUP:]
         finally:
-            for process in (subscriber, board):
-                if process is not None and process.poll() is None:
-                    process.send_signal(signal.SIGTERM)
-                    process.wait(20)
+            if subscriber is not None:
+                Service(subscriber).stop()
+            board.stop()
             if hub_pid:
                 try:
                     os.kill(hub_pid, signal.SIGTERM)

@@ -1,11 +1,31 @@
-"""Helpers the bench scripts share: waiting on another process's files."""
+"""What the bench scripts share: the board and hub as subprocesses, waiting on their files, a
+follower of the board's event stream and one of the hub, and the event loop a bench runs on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import aiohttp
+import orjson
+
+from shared import hub_protocol as hp
+from shared.sse import SSEMessage, SSEParser
+
+T = TypeVar("T")
+BIN = Path(sys.executable).parent
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: How long a board or hub may take to write its pointer, and to exit on SIGTERM before it is killed.
+START_SECONDS = 60.0
+STOP_SECONDS = 60.0
 
 
 def wait_for(what: str, check: Any, timeout: float = 30.0) -> Any:
@@ -22,6 +42,167 @@ def wait_for(what: str, check: Any, timeout: float = 30.0) -> Any:
 def read_json(path: Path) -> dict[str, Any] | None:
     """A JSON file another process writes atomically, or None while it is missing."""
     try:
-        return json.loads(path.read_text())
+        found: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return found
+
+
+def isolated_env(folder: Path) -> dict[str, str]:
+    """This environment without the caller's Taskloom settings, pointed at ``folder``'s run and data
+    directories: what a board and a hub that must find each other there both run with."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKLOOM_")}
+    env.update(TASKLOOM_RUNTIME_DIR=str(folder / "run"), TASKLOOM_DATA_DIR=str(folder / "data"))
+    return env
+
+
+@dataclass
+class Service:
+    """A ``taskd`` or ``taskhub`` subprocess, with what the benches read off it in /proc (Linux)."""
+
+    process: subprocess.Popen[bytes]
+
+    def cpu_seconds(self) -> float:
+        """user + system CPU the process has used so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def memory_kib(self) -> dict[str, int]:
+        status = Path(f"/proc/{self.process.pid}/status").read_text().splitlines()
+        return {line.split(":")[0]: int(line.split()[1]) for line in status if line.startswith(("VmRSS", "VmHWM"))}
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it is still running after ``STOP_SECONDS``."""
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@dataclass
+class Board(Service):
+    url: str
+    token: str
+    data_dir: Path
+
+
+def _spawn(command: list[str], env: Mapping[str, str], log: Path, *, keep_stdout: bool) -> subprocess.Popen[bytes]:
+    # Appended to, so a service restarted in the same folder keeps its earlier lines.
+    with open(log, "ab") as out:
+        return subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL,
+                                stdout=out if keep_stdout else subprocess.DEVNULL, stderr=out)
+
+
+def _await_pointer(name: str, process: subprocess.Popen[bytes], pointer: Path, log: Path,
+                   ready: Callable[[dict[str, Any]], T | None]) -> T:
+    """What ``ready`` makes of the service's pointer once it names this process; the log if it exits."""
+
+    def check() -> T | None:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited: {log.read_text()}")
+        found = read_json(pointer)
+        return ready(found) if found is not None and found.get("pid") == process.pid else None
+
+    try:
+        started: T = wait_for(f"{name}'s pointer", check, timeout=START_SECONDS)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return started
+
+
+def start_board(folder: Path, *args: str, env: Mapping[str, str] | None = None, keep_stdout: bool = False) -> Board:
+    """``taskd serve`` on a free loopback port with ``folder``'s data and run directories, once its
+    pointer names it. ``env`` defaults to this process's environment; ``keep_stdout`` puts the
+    board's log lines (stdout) into ``folder/taskd.log`` beside its stderr, else they are dropped."""
+    data_dir, runtime, log = folder / "data", folder / "run", folder / "taskd.log"
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {**(os.environ if env is None else env), "TASKLOOM_RUNTIME_DIR": str(runtime),
+           "TASKLOOM_DATA_DIR": str(data_dir)}
+    process = _spawn([str(BIN / "taskd"), "serve", "--port", "0", "--data-dir", str(data_dir), *args],
+                     env, log, keep_stdout=keep_stdout)
+
+    def ready(pointer: dict[str, Any]) -> Board | None:
+        try:
+            token = (data_dir / "token").read_text().strip()
+        except OSError:
+            return None
+        return Board(process, pointer["url"], token, data_dir)
+
+    return _await_pointer("taskd", process, runtime / "board.json", log, ready)
+
+
+def start_hub(folder: Path, env: Mapping[str, str], url: str, token: str, *args: str) -> tuple[Service, dict[str, Any]]:
+    """``taskhub serve`` for the board at ``url`` (never idling out), and its pointer once written;
+    ``env`` is the board's (``isolated_env``), so the hub writes its pointer in ``folder/run``."""
+    log = folder / "taskhub.err"
+    process = _spawn([str(BIN / "taskhub"), "serve", "--board", url, "--idle-exit", "0", *args],
+                     {**env, "TASKLOOM_TOKEN": token}, log, keep_stdout=False)
+    pointer = _await_pointer("taskhub", process, folder / "run" / f"hub-{hp.hub_key(url, token)}.json", log,
+                             lambda found: found)
+    return Service(process), pointer
+
+
+async def follow_board(session: aiohttp.ClientSession, url: str, token: str, opened: asyncio.Event,
+                       on_message: Callable[[str | None, str, float], None]) -> None:
+    """Follow the board's ``/api/v1/events`` from now on, setting ``opened`` once it answers (or
+    fails to: whoever waits for it must not wait forever; the failure is this task's exception);
+    every message with data goes to ``on_message`` as its event name (None for an activity frame),
+    its data and the ``perf_counter`` at which its chunk arrived."""
+    try:
+        response = await session.get(f"{url}/api/v1/events", headers={"Authorization": f"Bearer {token}"},
+                                     timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
+    finally:
+        opened.set()
+    async with response:
+        assert response.status == 200, await response.text()
+        parser = SSEParser()
+        async for chunk in response.content.iter_any():
+            now = time.perf_counter()
+            for item in parser.feed(chunk):
+                if isinstance(item, SSEMessage) and item.data:
+                    on_message(item.event, item.data, now)
+
+
+async def hub_session(port: int, token: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=4 << 20)
+    writer.write(orjson.dumps(hp.hello(token)) + b"\n")
+    welcome = orjson.loads(await reader.readline())
+    assert welcome["type"] == "welcome", welcome
+    return reader, writer
+
+
+async def follow_hub(port: int, token: str, opened: asyncio.Event,
+                     on_message: Callable[[dict[str, Any], float], None]) -> None:
+    """Follow the hub from now on, setting ``opened`` at its ``open``; every other message goes to
+    ``on_message`` with the ``perf_counter`` at which its chunk arrived."""
+    reader, writer = await hub_session(port, token)
+    writer.write(orjson.dumps(hp.follow(idle_ms=0)) + b"\n")
+    tail = b""
+    try:
+        # Whole chunks split by hand: the bench client must cost less than what it measures.
+        while chunk := await reader.read(1 << 16):
+            *lines, tail = (tail + chunk).split(b"\n")
+            now = time.perf_counter()
+            for line in lines:
+                message = orjson.loads(line)
+                if message["type"] == "open":
+                    opened.set()
+                else:
+                    on_message(message, now)
+    finally:
+        writer.close()
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """``main`` on uvloop where it is installed (as the services run), else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)

@@ -21,10 +21,8 @@ ladder, so a run with reconnects says so instead of reporting them as latency.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from bench.support import start_board
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -89,35 +89,12 @@ def commit_ms(timestamp: str) -> float:
     return datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() * 1000
 
 
-def start_board(root: Path) -> tuple[subprocess.Popen[bytes], str, str]:
-    env = dict(os.environ, TASKLOOM_RUNTIME_DIR=str(root / "run"), TASKLOOM_DATA_DIR=str(root / "data"))
-    taskd = Path(sys.executable).parent / "taskd"
-    log = open(root / "taskd.log", "wb")
-    process = subprocess.Popen(
-        [str(taskd), "serve", "--port", "0", "--data-dir", str(root / "data")],
-        env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-    )
-    pointer = root / "run" / "board.json"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"taskd exited: {(root / 'taskd.log').read_text()}")
-        try:
-            record = json.loads(pointer.read_text())
-            if record.get("pid") == process.pid:
-                return process, record["url"], (root / "data" / "token").read_text().strip()
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    process.kill()
-    raise SystemExit("taskd did not start in 20 s")
-
-
 def run(writes: int) -> tuple[dict[str, list[float]], dict[str, Any]]:
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory(prefix="taskloom-ui-bench-") as temp:
-        process, url, token = start_board(Path(temp))
+        board = start_board(Path(temp), keep_stdout=True)
+        url, token = board.url, board.token
         try:
             http = httpx.Client(base_url=url, timeout=10, headers={
                 "Authorization": f"Bearer {token}", "X-Taskloom-Actor-Kind": "claude", "X-Taskloom-Actor": "bench",
@@ -171,8 +148,7 @@ def run(writes: int) -> tuple[dict[str, list[float]], dict[str, Any]]:
             series = {"write → frame in page": to_frame, "write → card moved": to_dom, "commit → card moved": commit_to_dom}
             return series, checks
         finally:
-            process.terminate()
-            process.wait(timeout=20)
+            board.stop()
 
 
 def main(argv: list[str] | None = None) -> None:
