@@ -9,6 +9,7 @@
 
     .venv/bin/python -m bench lifecycle
     TASKLOOM_BENCH_STATE_TASKS=5000 .venv/bin/python -m bench lifecycle   # a quicker look
+    TASKLOOM_BENCH_DURABILITY_ROUNDS=8 .venv/bin/python -m bench lifecycle  # a steadier FULL/NORMAL
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ BACKUP_WRITERS = 8
 BASELINE_SECONDS = 3.0
 DURABILITY_CLIENTS = 16
 DURABILITY_SECONDS = 5.0
-DURABILITY_ROUNDS = 3
+DURABILITY_ROUNDS = int(os.environ.get("TASKLOOM_BENCH_DURABILITY_ROUNDS", "3"))
 GOAL_RATIO = 0.8
 BUILDER = Actor("human", "bench")
 
