@@ -29,6 +29,7 @@ from .keys import (
 )
 from .queries import activities
 from .routes import ALL_ROUTES
+from .routes.meta import end_revoked_sessions
 from .settings import (
     BoardSettings,  # re-exported: BoardSettings has long been imported from here
 )
@@ -221,6 +222,7 @@ async def share_credentials(app: web.Application) -> None:
     async def reload_revocations() -> None:
         stored = await loop.run_in_executor(None, store.secrets_with_prefix, auth.REVOKED_PREFIX)
         credentials.merge_revocations({key.removeprefix(auth.REVOKED_PREFIX): int(until) for key, until in stored.items()})
+        end_revoked_sessions(app)  # a logout on another process ends its streams here too
 
     token = await loop.run_in_executor(None, functools.partial(
         store.write_secret, auth.TOKEN_SECRET, credentials.token, only_if_absent=True))

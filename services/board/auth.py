@@ -198,9 +198,14 @@ class Credentials:
         self._revoked[session.nonce] = int(session.issued + self.absolute_seconds) + 1
         if self.shared is not None:
             # Every board process on the database hears of it (the secrets NOTIFY) and refuses it too.
-            await asyncio.get_running_loop().run_in_executor(None, functools.partial(
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, functools.partial(
                 self.shared.write_secret, REVOKED_PREFIX + session.nonce, str(self._revoked[session.nonce]),
                 notify_token=True))
+            # A revocation outlives its session by nothing: past the session's own deadline the
+            # cookie is refused anyway, so the row goes (a bounded number per logout).
+            await loop.run_in_executor(None, functools.partial(
+                self.shared.drop_expired_secrets, REVOKED_PREFIX, now, at_most=SWEEP_AT_MOST))
         if self._revoked_path is None:
             return
         async with self._saving:  # one writer at a time, each writing the newest list
@@ -259,6 +264,9 @@ class Credentials:
         expiry = self.shared.take_secret(LOGIN_PREFIX + code)
         self.shared.drop_expired_secrets(LOGIN_PREFIX, now, at_most=SWEEP_AT_MOST)
         return expiry
+
+    def is_revoked(self, nonce: str) -> bool:
+        return nonce in self._revoked
 
     def merge_revocations(self, revoked: dict[str, int]) -> None:
         """Revocations another board process on the shared database wrote."""

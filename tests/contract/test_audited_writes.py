@@ -45,6 +45,7 @@ STORE_WRITERS: dict[tuple[str, str], str] = {
     ("services/board/postgres_store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
     ("services/board/postgres_store.py", "PostgresStore.write_secret"): "the shared board token is not board state (SPEC §4.4)",
     ("services/board/postgres_store.py", "PostgresStore.take_secret"): "a redeemed login code is not board state (SPEC §4.4)",
+    ("services/board/postgres_store.py", "PostgresStore.drop_expired_secrets"): "expired secrets are not board state (SPEC §4.4)",
     ("services/board/store.py", "Tx.record"): "the activity append itself",
     ("services/board/backup.py", "backup"): "the backup's own copy (its journal mode), not the board's file",
     ("services/board/backup.py", "restore"): "a new epoch (board_id) is board identity, not an event; the board is stopped",

@@ -42,18 +42,26 @@ async def login_link(call: Call) -> Any:
     return {"url": f"{base}/login?code={code}", "expires_in_seconds": int(LOGIN_CODE_TTL)}
 
 
+def end_revoked_sessions(app: web.Application) -> int:
+    """End the open streams whose browser session is revoked now; how many ended. A stream is
+    authenticated once, when it starts: without this, one opened with a session that was logged
+    out (here, or on another board process of a shared database) would keep reading the board."""
+    credentials = app[CREDENTIALS]
+
+    def still_valid(stream: Stream) -> bool:
+        opened_with = stream.request.get(SESSION)
+        return opened_with is None or not credentials.is_revoked(opened_with.nonce)
+
+    return app[STREAMS].end_where(SESSION_ENDED, keep=still_valid)
+
+
 async def logout(call: Call) -> web.StreamResponse:
     """End the browser session the request carries, on the board and in the browser."""
     credentials = call.request.app[CREDENTIALS]
     session = credentials.check_session(call.request.cookies.get(credentials.cookie_name))
     if session is not None:
         await credentials.end_session(session)
-        # A stream opened with this session would otherwise keep reading the board.
-        def other_credentials(stream: Stream) -> bool:
-            opened_with = stream.request.get(SESSION)
-            return opened_with is None or opened_with.nonce != session.nonce
-
-        call.request.app[STREAMS].end_where(SESSION_ENDED, keep=other_credentials)
+        end_revoked_sessions(call.request.app)
     call.request[SESSION] = None  # no renewed cookie on this answer
     response = json_response({"logged_out": session is not None})
     response.del_cookie(credentials.cookie_name, path="/", httponly=True, samesite="Strict")
