@@ -27,6 +27,23 @@ async def board(tmp_path: Path) -> AsyncIterator[RunningBoard]:
 
 
 @pytest.fixture
+async def pg_board(tmp_path: Path, postgres_url: str) -> AsyncIterator[RunningBoard]:  # noqa: F811 (the imported fixture)
+    """An in-process board on a fresh database of the session's throwaway PostgreSQL cluster."""
+    running = await start_board(tmp_path / "data", database=postgres_url)
+    try:
+        yield running
+    finally:
+        await running.runner.cleanup()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """A client session without a cookie jar: every cookie a test sends is one it chose to send."""
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as session:
+        yield session
+
+
+@pytest.fixture
 async def client(board: RunningBoard) -> AsyncIterator[BoardClient]:
     async with aiohttp.ClientSession() as session:
         yield BoardClient(board.url, board.token, session)

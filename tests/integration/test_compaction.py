@@ -40,6 +40,16 @@ def bulk_rows(tx: Tx, task_id: str, project_id: str, count: int) -> list[int]:
     ]
 
 
+def one_task_log(tx: Tx, count: int) -> list[int]:
+    """A project, one task and ``count`` log rows on it, written past the commands so that a large
+    log takes seconds to build; the rows' revisions."""
+    tx.execute("INSERT INTO projects (id, name, prefix, created_at, updated_at) VALUES ('demo', 'Demo', 'DEMO', ?, ?)",
+               (tx.now, tx.now))
+    tx.execute("INSERT INTO tasks (id, project_id, number, identifier, title, created_at, updated_at)"
+               " VALUES ('t1', 'demo', 1, 'DEMO-0001', 'x', ?, ?)", (tx.now, tx.now))
+    return bulk_rows(tx, "t1", "demo", count)
+
+
 async def rows_of(board: RunningBoard, task: dict[str, Any], count: int) -> list[int]:
     return await board.store.command(bulk_rows, WRITER, task["id"], task["project_id"], count)
 
@@ -287,14 +297,7 @@ async def test_sigkill_during_compaction_leaves_old_floor_and_rows_or_new_floor_
     store = SqliteStore(database)
     store.open()
     try:
-        def seed(tx: Tx) -> list[int]:
-            tx.execute("INSERT INTO projects (id, name, prefix, created_at, updated_at) VALUES ('demo', 'Demo', 'DEMO', ?, ?)",
-                       (tx.now, tx.now))
-            tx.execute("INSERT INTO tasks (id, project_id, number, identifier, title, created_at, updated_at)"
-                       " VALUES ('t1', 'demo', 1, 'DEMO-0001', 'x', ?, ?)", (tx.now, tx.now))
-            return bulk_rows(tx, "t1", "demo", 60_000)
-
-        everything, _ = store.run_command(seed, WRITER)
+        everything, _ = store.run_command(one_task_log, WRITER, 60_000)
     finally:
         store.close()
     rng = random.Random(20261201)

@@ -23,7 +23,7 @@ import pytest
 
 from services.board import compaction
 from services.board.postgres_store import PostgresStore
-from services.board.store import SYSTEM_ACTOR, Tx
+from services.board.store import SYSTEM_ACTOR
 from shared.errors import TaskloomError
 from tests.integration import test_compaction as on_sqlite
 from tests.postgres.support_taskd import Follower, board_process
@@ -32,15 +32,6 @@ from tests.support.board import API, BoardClient, RunningBoard, TaskdProcess, ma
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.asyncio
-
-
-@pytest.fixture
-async def pg_board(tmp_path: Path, postgres_url: str) -> AsyncIterator[RunningBoard]:
-    running = await start_board(tmp_path / "data", database=postgres_url)
-    try:
-        yield running
-    finally:
-        await running.runner.cleanup()
 
 
 @pytest.fixture
@@ -235,14 +226,7 @@ async def test_sigkill_during_compaction_on_postgresql_leaves_one_whole_state(
     store = PostgresStore(postgres_url)
     store.open()
     try:
-        def seed(tx: Tx) -> list[int]:
-            tx.execute("INSERT INTO projects (id, name, prefix, created_at, updated_at) VALUES ('demo', 'Demo', 'DEMO', ?, ?)",
-                       (tx.now, tx.now))
-            tx.execute("INSERT INTO tasks (id, project_id, number, identifier, title, created_at, updated_at)"
-                       " VALUES ('t1', 'demo', 1, 'DEMO-0001', 'x', ?, ?)", (tx.now, tx.now))
-            return on_sqlite.bulk_rows(tx, "t1", "demo", 20_000)
-
-        everything, _ = store.run_command(seed, on_sqlite.WRITER)
+        everything, _ = store.run_command(on_sqlite.one_task_log, on_sqlite.WRITER, 20_000)
     finally:
         store.close()
     rng = random.Random(20261202)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from http.cookies import SimpleCookie
 from pathlib import Path
 
 import aiohttp
@@ -18,6 +17,7 @@ import pytest
 
 from services.board.keys import CREDENTIALS, STREAMS
 from tests.support.board import API, BoardClient, RunningBoard, make_task, start_board
+from tests.support.sessions import log_in
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -32,22 +32,6 @@ async def two_boards(tmp_path: Path, postgres_url: str) -> AsyncIterator[tuple[R
     finally:
         await b.runner.cleanup()
         await a.runner.cleanup()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as session:
-        yield session
-
-
-async def log_in(board: RunningBoard, http: aiohttp.ClientSession) -> str:
-    link = (await BoardClient(board.url, board.token, http).post(f"{API}/login-links")).body["url"]
-    async with http.get(link, allow_redirects=False) as answer:
-        assert answer.status == 302, await answer.text()
-        cookies: SimpleCookie = SimpleCookie()
-        for header in answer.headers.getall("Set-Cookie", []):
-            cookies.load(header)
-        return cookies[board.app[CREDENTIALS].cookie_name].value
 
 
 async def open_stream(board: RunningBoard, http: aiohttp.ClientSession, cookie: str) -> aiohttp.ClientResponse:

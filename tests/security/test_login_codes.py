@@ -7,12 +7,10 @@ functions' ``now=`` and the board's ``Credentials.clock``, never by sleeping.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import psycopg
-import pytest
 
 from services.board import auth
 from services.board.keys import CREDENTIALS
@@ -68,21 +66,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-async def pg_board(tmp_path: Path, postgres_url: str) -> AsyncIterator[RunningBoard]:
-    running = await start_board(tmp_path / "data", database=postgres_url)
-    try:
-        yield running
-    finally:
-        await running.runner.cleanup()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as session:
-        yield session
 
 
 def login_rows(url: str) -> dict[str, int]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from tests.support.board import (
     row_counts,
     start_board,
 )
+from tests.support.sessions import cookie_name, log_in, set_cookies
 from tests.support.waiting import wait_until
 
 API = "/api/v1"
@@ -50,37 +50,10 @@ class Clock:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    # No cookie jar: every cookie a test sends is one it chose to send.
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as session:
-        yield session
-
-
-@pytest.fixture
 def clock(board: RunningBoard) -> Clock:
     fake = Clock()
     board.app[CREDENTIALS].clock = fake
     return fake
-
-
-def cookie_name(board: RunningBoard) -> str:
-    return board.app[CREDENTIALS].cookie_name
-
-
-def set_cookies(reply: aiohttp.ClientResponse | Reply) -> SimpleCookie:
-    parsed: SimpleCookie = SimpleCookie()
-    for header in reply.headers.getall("Set-Cookie", []):
-        parsed.load(header)
-    return parsed
-
-
-async def log_in(board: RunningBoard, http: aiohttp.ClientSession) -> str:
-    """Redeem a fresh login link as a browser would; the cookie value it set."""
-    bearer = BoardClient(board.url, board.token, http)
-    link = (await bearer.post(f"{API}/login-links")).body["url"]
-    async with http.get(link, allow_redirects=False) as answer:
-        assert answer.status == 302, await answer.text()
-        return set_cookies(answer)[cookie_name(board)].value
 
 
 async def with_cookie(
