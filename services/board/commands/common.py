@@ -16,7 +16,7 @@ from shared import domain, limits
 from shared.errors import TaskloomError, validation
 
 from ..dialect import Row
-from ..queries.tasks import require_task
+from ..queries.tasks import TaskRow, require_task
 from ..store import Tx
 
 LABEL_MAX_CHARS = limits.LABEL_MAX_CHARS
@@ -133,8 +133,9 @@ def check_actor(kind: str | None, actor_id: str | None, field: str) -> None:
     check_text(actor_id, field=f"{field}_id", limit=limits.ACTOR_ID_MAX_CHARS)
 
 
-def set_status(tx: Tx, task: Row, to: str, **columns: Any) -> None:
-    """Write a status change and its bookkeeping columns (audited by the caller).
+def set_status(tx: Tx, task: TaskRow, to: str, **columns: Any) -> dict[str, Any]:
+    """Write a status change and its bookkeeping columns (audited by the caller); returns the
+    row as written (``as_written``).
 
     Leaving ``in_review`` for anything but ``done`` starts the next delivery round; entering a
     terminal status stamps ``terminal_at`` and ends any claim.
@@ -156,6 +157,28 @@ def set_status(tx: Tx, task: Row, to: str, **columns: Any) -> None:
     values.update(columns)
     assignments = ", ".join(f"{name} = :{name}" for name in values)
     tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
+    return as_written(tx, task, values)
+
+
+def write_task(tx: Tx, task: TaskRow, values: dict[str, Any]) -> dict[str, Any]:
+    """``UPDATE tasks SET values`` on ``task`` (audited by the caller); returns the row as written."""
+    assignments = ", ".join(f"{name} = :{name}" for name in values)
+    tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
+    return as_written(tx, task, values)
+
+
+def as_written(tx: Tx, task: TaskRow, values: dict[str, Any]) -> dict[str, Any]:
+    """``task`` after ``UPDATE tasks SET values``, as reading the row again would return it.
+
+    The update changed those columns and the stamp trigger gave the row a new ``revision``; on
+    either engine nothing else touches the row, so only the revision is read back instead of the
+    whole row a second time. ``task`` was read in this transaction, which holds the write lock:
+    no other writer changed it in between.
+    """
+    row = dict(task) if isinstance(task, dict) else dict(zip(task.keys(), task))
+    row.update(values)
+    row["revision"] = tx.execute("SELECT revision FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0]
+    return row
 
 
 def written(row: Row | None) -> Row:
