@@ -32,6 +32,7 @@ from .common import (
     reload,
     require_reason,
     set_status,
+    stamped,
     touch_actor,
     write_task,
 )
@@ -235,7 +236,7 @@ def update_task(tx: Tx, ref: str, *, if_version: int | None = None, **patch: Any
     updated = write_task(tx, task, values)
 
     shown = [name for name in changed if _short(current[name]) and _short(patch[name])]
-    tx.record(
+    revision = tx.record(
         events.TASK_UPDATED,
         events.task_updated(
             fields=changed,
@@ -247,8 +248,7 @@ def update_task(tx: Tx, ref: str, *, if_version: int | None = None, **patch: Any
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    # The activity row does not touch the task's row: ``updated`` is current.
-    return task_resource(tx.conn, updated)
+    return task_resource(tx.conn, stamped(updated, revision))
 
 
 def _age_seconds(tx: Tx, stamp: str | None) -> float:
@@ -322,7 +322,7 @@ def claim_task(
         columns.update(version=task["version"] + 1, updated_at=tx.now)
         claimed = write_task(tx, task, columns)
     touch_actor(tx, me.kind, me.id)
-    tx.record(
+    revision = tx.record(
         events.TASK_CLAIMED,
         events.task_claimed(
             from_=task["status"], to="in_progress", stole_from=stole_from,
@@ -332,8 +332,8 @@ def claim_task(
         project_id=task["project_id"],
     )
     rollup.auto_start_parents(tx, task, source="claim")
-    # The actor dictionary, the activity row and the epics' auto-start leave this row as written.
-    return task_resource(tx.conn, claimed)
+    # The epics' auto-start leaves this row as written.
+    return task_resource(tx.conn, stamped(claimed, revision))
 
 
 def heartbeat_task(tx: Tx, ref: str) -> dict[str, Any]:
@@ -347,8 +347,10 @@ def heartbeat_task(tx: Tx, ref: str) -> dict[str, Any]:
             hint=f"claim it again (taskctl task claim {task['identifier']})",
         )
     beaten = write_task(tx, task, {"heartbeat_at": tx.now})
-    tx.record(events.TASK_HEARTBEAT, events.task_heartbeat(heartbeat_at=tx.now), task_id=task["id"], project_id=task["project_id"])
-    return task_resource(tx.conn, beaten)
+    revision = tx.record(
+        events.TASK_HEARTBEAT, events.task_heartbeat(heartbeat_at=tx.now), task_id=task["id"], project_id=task["project_id"]
+    )
+    return task_resource(tx.conn, stamped(beaten, revision))
 
 
 def check_move(task: Row, to: str) -> None:
@@ -458,7 +460,7 @@ def move_task(
     if to == "in_review":
         columns["delivered_by"] = tx.actor.id
     moved = set_status(tx, task, to, **columns)
-    tx.record(
+    revision = tx.record(
         events.TASK_MOVED,
         events.task_moved(
             from_=task["status"],
@@ -472,9 +474,10 @@ def move_task(
         task_id=task["id"],
         project_id=task["project_id"],
     )
+    moved = stamped(moved, revision)
     if to in domain.TERMINAL:
         rollup.after_terminal(tx, moved)
-    # Neither the activity row nor the epic rollup touches this task's row: ``moved`` is current.
+    # The epic rollup does not touch this task's row: ``moved`` is current.
     return task_resource(tx.conn, moved)
 
 
@@ -493,13 +496,13 @@ def reopen_task(tx: Tx, ref: str, *, reason: str, if_version: int | None = None)
     reopened = set_status(
         tx, task, "todo", delivery_round=next_round, terminal_at=None, waiver_reason=None, delivered_by=None
     )
-    tx.record(
+    revision = tx.record(
         events.TASK_REOPENED,
         events.task_reopened(from_=task["status"], to="todo", reason=reason, delivery_round=next_round),
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_resource(tx.conn, reopened)
+    return task_resource(tx.conn, stamped(reopened, revision))
 
 
 def archive_task(tx: Tx, ref: str, *, quiet_seconds: float = 0.0, if_version: int | None = None) -> dict[str, Any]:
@@ -521,10 +524,10 @@ def archive_task(tx: Tx, ref: str, *, quiet_seconds: float = 0.0, if_version: in
     labels = task_to_dict(task)["labels"]
     apply_labels(tx, task["project_id"], labels, [])
     archived = write_task(tx, task, {"archived_at": tx.now, "version": task["version"] + 1, "updated_at": tx.now})
-    tx.record(
+    revision = tx.record(
         events.TASK_ARCHIVED,
         events.task_archived(from_=task["status"], archived_at=tx.now, labels_released=labels or None),
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_resource(tx.conn, archived)
+    return task_resource(tx.conn, stamped(archived, revision))
