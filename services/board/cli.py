@@ -30,8 +30,8 @@ from .lock import LOCK_FILE, DataDirBusy, DataDirLock
 from .pointer import remove_pointer_if_mine, write_pointer
 from .process import ShutdownSignals, configure_logging, exit_forced
 from .settings import SERVE_KNOBS, BoardSettings
-from .sqlite_store import SchemaDamaged, migrate, verify_triggers
-from .store import SchemaTooNew, StoreUnreachable
+from .sqlite_store import migrate, verify_triggers
+from .store import SchemaDamaged, SchemaTooNew, StoreUnreachable
 
 #: What the board keeps in its data directory, made owner-only at every start (docs/security.md).
 DATA_FILES = (
@@ -163,17 +163,21 @@ def prepare_data_dir(directory: Path, runtime: Path) -> DataDirLock:
 
 
 def check_schema(settings: BoardSettings, *, repair: bool) -> None:
-    """Migrate, then make sure every trigger the migrations define is there (or recreate them)."""
+    """Migrate, then make sure every trigger the migrations define is there and enabled (or put
+    them back, with ``repair``): a database whose rules are gone is not served."""
     if settings.database:
         from . import postgres_store  # psycopg is loaded only by a board that uses it
 
         postgres_store.migrate(settings.database)
-        return
-    migrate(settings.database_path)
-    repaired = verify_triggers(settings.database_path, repair=repair)
+        from .postgres_schema import verify_triggers as verify_pg_triggers
+
+        repaired = verify_pg_triggers(settings.database, repair=repair)
+    else:
+        migrate(settings.database_path)
+        repaired = verify_triggers(settings.database_path, repair=repair)
     if repaired:
         log.warning("schema_repaired", triggers=repaired)
-        click.echo(f"Recreated {len(repaired)} missing trigger(s): {', '.join(repaired)}", err=True)
+        click.echo(f"Put back {len(repaired)} trigger(s) the schema defines: {', '.join(repaired)}", err=True)
 
 
 # No auto_envvar_prefix: the variables are the table's, spelled out (services/board/settings.py).

@@ -175,7 +175,7 @@ DATA_DIR: Final = Knob(
 #: An action: a variable left set would repair at every start without anyone asking.
 REPAIR_SCHEMA: Final = Knob(
     "repair_schema", False, env=None, is_flag=True,
-    help="Recreate triggers the migrations define that the file lacks, then serve.",
+    help="Put back the triggers the migrations define that the database lacks or has disabled, then serve.",
 )
 #: ``taskd serve``'s table, in ``--help`` order.
 SERVE_KNOBS: Final = table(DATA_DIR, BoardSettings, REPAIR_SCHEMA)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from shared.errors import TaskloomError
 
-from .store import Actor, SchemaTooNew, Tx, WriterStore, refuse_unencodable, trigger_refusal, utc_now
+from .store import Actor, SchemaDamaged, SchemaTooNew, Tx, WriterStore, refuse_unencodable, trigger_refusal, utc_now
 
 T = TypeVar("T")
 
@@ -144,18 +144,6 @@ def migrate(path: Path) -> None:
         conn.close()
 
 
-class SchemaDamaged(RuntimeError):
-    """The file lacks triggers the migrations define: its rules would go unenforced."""
-
-    def __init__(self, path: Path, missing: list[str]) -> None:
-        self.missing = missing
-        noun = "trigger" if len(missing) == 1 else "triggers"
-        super().__init__(
-            f"{path} lacks {len(missing)} {noun} the schema defines ({', '.join(missing)}), so its rules are not "
-            "enforced; run `taskd serve --repair-schema` to recreate them from the migrations"
-        )
-
-
 _CREATE_TRIGGER = re.compile(r"CREATE\s+TRIGGER\s+(?:IF\s+NOT\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
 _DROP_TRIGGER = re.compile(r"DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
 
@@ -201,7 +189,7 @@ def verify_triggers(path: Path, *, repair: bool = False) -> list[str]:
         if not missing:
             return []
         if not repair:
-            raise SchemaDamaged(path, missing)
+            raise SchemaDamaged(str(path), missing)
         definitions = defined_triggers()
         conn.execute("BEGIN IMMEDIATE")
         try:

@@ -51,6 +51,24 @@ class SchemaTooNew(RuntimeError):
     """The database was written by a newer Taskloom; we refuse to touch it."""
 
 
+class SchemaDamaged(RuntimeError):
+    """The database lacks triggers the migrations define, or has them disabled: its rules would
+    go unenforced, so the board does not serve it."""
+
+    def __init__(self, where: str, missing: list[str], disabled: list[str] | None = None) -> None:
+        self.missing, self.disabled = missing, disabled or []
+        faults = []
+        if missing:
+            faults.append(f"lacks {len(missing)} {'trigger' if len(missing) == 1 else 'triggers'} the schema defines"
+                          f" ({', '.join(missing)})")
+        if self.disabled:
+            faults.append(f"has {len(self.disabled)} of them disabled ({', '.join(self.disabled)})")
+        super().__init__(
+            f"{where} {' and '.join(faults)}, so its rules are not enforced; run `taskd serve --repair-schema` "
+            "to put them back from the migrations"
+        )
+
+
 class StoreUnreachable(RuntimeError):
     """The database server cannot be reached, or refused the connection: named by host and port."""
 

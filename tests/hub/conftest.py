@@ -20,7 +20,7 @@ from services.hub.pointer import HubFiles, pid_alive
 from services.hub.server import Hub, HubSettings
 from shared import events
 from shared import hub_protocol as hp
-from tests.support.board import BoardClient, RunningBoard
+from tests.support.board import BoardClient, RunningBoard, database_for
 
 WRITER = Actor("human", "ann")
 
@@ -129,7 +129,7 @@ async def hub(board: RunningBoard) -> AsyncIterator[Hub]:
 
 async def start_board_on(data_dir: Path, port: int) -> tuple[web.AppRunner, str]:
     """A board on a chosen port (to swap the board behind one URL)."""
-    app = create_app(BoardSettings(data_dir=data_dir, port=port))
+    app = create_app(BoardSettings(data_dir=data_dir, port=port, database=database_for(data_dir)))
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()

@@ -478,8 +478,37 @@ async def test_a_blocker_finishing_or_reopening_refreshes_the_card_it_blocks(
     await move(client, blocker, "canceled")
     await kept_brief_says(none_line, "card_unblocked")
     assert "- blocked by " + blocker["identifier"] in out.read_text()  # the relation itself stays listed
+
     await raw.close()
     await signals.close()
+
+
+async def test_one_of_two_blockers_finishing_narrows_the_kept_brief(
+    whub: Hub, board: RunningBoard, client: BoardClient, tmp_path: Path
+) -> None:
+    """The card stays blocked, so no ``card_unblocked``: the board sends ``card_blocked`` again with
+    the blocker still open, and the hub re-renders on it. Without that the brief would name a
+    finished blocker as open until the card's own next event."""
+    card = await make_task(client)
+    blockers = [await make_task(client) for _ in range(2)]
+    for blocker in blockers:
+        reply = await client.post(f"/api/v1/tasks/{blocker['id']}/relations", {"type": "blocks", "target": card["id"]})
+        assert reply.status == 201, reply.body
+    await hub_caught_up(whub, board)
+    out = tmp_path / "card.md"
+    raw = await RawClient.greeted(whub)
+    assert (await watch(raw, ref=card["identifier"], out=str(out)))["type"] == "registered"
+    await next_refresh(raw)
+    both = ", ".join(sorted(b["identifier"] for b in blockers))
+    assert f"\nblocked_by: [{both}]\n" in out.read_text()
+    await move(client, blockers[0], "canceled")
+    narrowed = f"\nblocked_by: [{blockers[1]['identifier']}]\n"
+
+    async def refreshed() -> None:
+        while narrowed not in out.read_text():
+            await raw.recv_type("refresh")
+    await asyncio.wait_for(refreshed(), 10.0)
+    await raw.close()
 
 
 async def test_batches_respect_the_floor_and_coalesce(board: RunningBoard, client: BoardClient, tmp_path: Path) -> None:

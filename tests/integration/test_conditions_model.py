@@ -5,7 +5,7 @@ The model is the rule written out plainly: a card is blocked while it is live an
 source of it is not terminal; the WIP limit is exceeded while a column holds more than it; a
 monitored lane is drained while it is empty. It predicts every ``DEPENDENCY_OPEN`` refusal, and
 after each sequence the ready queue, ``blocked_by`` on every card, the folded signal stream and
-``/breaches`` must all agree with it.
+``/breaches`` (a blocked card's blockers included) must all agree with it.
 """
 
 from __future__ import annotations
@@ -56,13 +56,16 @@ class Model:
         """The gate's view: open blockers whatever the card's own status."""
         return sorted(self.ident[s] for (s, t) in self.blocks if t == card and self.status[s] not in domain.TERMINAL)
 
-    def holding(self) -> set[tuple[str, str]]:
-        found = {("card_blocked", card) for card in self.status if self.blockers(card)}
+    def holding(self) -> dict[tuple[str, str], Any]:
+        """Every condition that holds, with a blocked card's open blockers."""
+        found: dict[tuple[str, str], Any] = {
+            ("card_blocked", card): self.blockers(card) for card in self.status if self.blockers(card)
+        }
         counts = {status: sum(1 for s in self.status.values() if s == status) for status in domain.STATUSES}
         if counts["in_progress"] > WIP:
-            found.add(("wip_exceeded", "in_progress"))
+            found[("wip_exceeded", "in_progress")] = None
         if counts[LANE] == 0:
-            found.add(("lane_drained", LANE))
+            found[("lane_drained", LANE)] = None
         return found
 
     def ready(self) -> set[str]:
@@ -73,20 +76,25 @@ def subject(item: dict[str, Any]) -> str:
     return item["task_id"] or item["changes"]["status"]
 
 
-def fold(signals: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    """What holds after the signals, in order: a crossing adds, its clearing removes."""
+def fold(signals: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
+    """What holds after the signals, in order: a crossing adds, its clearing removes. A card's
+    blockers ride along: ``card_blocked`` is sent again, with the new list, when the open blockers
+    change while the card stays blocked, and only then."""
     clears = {clear: cross for cross, clear in CLEARED_BY.items()}
-    held: set[tuple[str, str]] = set()
+    held: dict[tuple[str, str], Any] = {}
     for signal in signals:
         if signal["project_id"] != "demo":
             continue
+        key = (signal["type"], subject(signal))
         if signal["type"] in CLEARED_BY:
-            assert (signal["type"], subject(signal)) not in held, f"crossed twice: {signal}"
-            held.add((signal["type"], subject(signal)))
+            if key in held:
+                assert signal["type"] == "card_blocked", f"crossed twice: {signal}"
+                assert held[key] != signal["changes"]["blockers"], f"sent again with nothing changed: {signal}"
+            held[key] = signal["changes"].get("blockers")
         elif signal["type"] in clears:
             key = (clears[signal["type"]], subject(signal))
             assert key in held, f"cleared what did not hold: {signal}"
-            held.remove(key)
+            del held[key]
     return held
 
 
@@ -151,7 +159,7 @@ async def scenario(data_dir: Path, ops: list[tuple[Any, ...]]) -> None:
             probe = (await client.post(f"{API}/tasks", {"project": "probe", "title": "probe"})).body
             await stream.wait_for(lambda f: f.data is not None and not f.is_signal and f.data.get("task_id") == probe["id"])
             breaches = (await client.get(f"{API}/breaches?project=demo")).body["items"]
-            from_breaches = {(item["type"], subject(item)) for item in breaches}
+            from_breaches = {(item["type"], subject(item)): item["changes"].get("blockers") for item in breaches}
             assert fold(stream.signals()) == from_breaches == model.holding()
             ready = {t["id"] for t in (await client.get(f"{API}/tasks?ready=true&project=demo")).body["items"]}
             assert ready == model.ready()

@@ -172,6 +172,46 @@ async def test_reopening_a_blocker_blocks_again_and_removing_the_relation_unbloc
     await stream.signal("card_unblocked")
 
 
+async def test_a_blocked_card_hears_each_change_of_its_open_blockers(
+    client: BoardClient, board: RunningBoard, session: aiohttp.ClientSession
+) -> None:
+    """Two blockers, one finishing: the card stays blocked, and ``card_blocked`` comes again with
+    the one still open (the finished blocker's rows hang off it, so nothing else would tell a
+    watcher of the card). A reopened blocker joins the list again; the last one closing unblocks."""
+    stream = await open_stream(session, board)
+    probe = Probe(client, stream)
+    await probe.setup()
+    first = await make_task(client, title="first blocker")
+    second = await make_task(client, title="second blocker")
+    blocked = await make_task(client, title="blocked")
+    for blocker in (first, second):
+        reply = await client.post(f"{API}/tasks/{blocker['id']}/relations", {"type": "blocks", "target": blocked["id"]})
+        assert reply.status == 201, reply.body
+    both = sorted([first["identifier"], second["identifier"]])
+    await stream.wait_for(lambda f: f.is_signal and f.data["changes"].get("blockers") == both)
+
+    assert (await client.post(f"{API}/tasks/{first['id']}/move", {"to": "canceled"})).status == 200
+    narrowed = await stream.wait_for(
+        lambda f: f.is_signal and f.data["type"] == "card_blocked" and f.data["changes"]["blockers"] == [second["identifier"]]
+    )
+    assert narrowed.data["task_id"] == blocked["id"]
+    breaches = (await client.get(f"{API}/breaches?project=demo")).body["items"]
+    assert [(b["task_id"], b["changes"]) for b in breaches] == [(blocked["id"], {"blockers": [second["identifier"]]})]
+
+    assert (await client.post(f"{API}/tasks/{first['id']}/reopen", {"reason": "not actually obsolete"})).status == 200
+    await stream.wait_for(lambda f: f.is_signal and f.data["type"] == "card_blocked" and f.data["changes"]["blockers"] == both)
+    for blocker in (first, second):
+        assert (await client.post(f"{API}/tasks/{blocker['id']}/move", {"to": "canceled"})).status == 200
+    unblocked = await stream.signal("card_unblocked")
+    assert unblocked["task_id"] == blocked["id"] and unblocked["changes"] == {"blockers": [second["identifier"]]}
+    await probe.sync()
+    # first + second added, first canceled, first reopened, first canceled again: one each, no repeats.
+    assert [s["changes"]["blockers"] for s in of(stream, "card_blocked")] == [
+        [first["identifier"]], both, [second["identifier"]], both, [second["identifier"]],
+    ]
+    assert len(of(stream, "card_unblocked")) == 1
+
+
 async def test_force_claims_a_blocked_card_and_says_so_in_the_audit_row(client: BoardClient) -> None:
     blocker = await make_task(client, title="blocker")
     blocked = await make_task(client, title="blocked")

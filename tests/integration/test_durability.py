@@ -28,10 +28,12 @@ async def _writer_level(data_dir: Path, **settings: str) -> str:
         await board.runner.cleanup()
 
 
+@pytest.mark.sqlite_only  # the synchronous pragma; a PostgreSQL board's durability is its server's
 async def test_full_is_the_default(tmp_path: Path) -> None:
     assert await _writer_level(tmp_path / "d") == "full"
 
 
+@pytest.mark.sqlite_only  # the synchronous pragma; a PostgreSQL board's durability is its server's
 async def test_normal_is_chosen_with_the_knob(tmp_path: Path) -> None:
     assert await _writer_level(tmp_path / "d", durability="normal") == "normal"
 

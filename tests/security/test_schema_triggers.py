@@ -87,7 +87,7 @@ def test_a_dropped_trigger_is_refused_at_start_and_repair_schema_restores_it(tmp
 
     board.start("--repair-schema")
     try:
-        assert "Recreated 2 missing trigger(s)" in board.log_path.read_text()
+        assert "Put back 2 trigger(s)" in board.log_path.read_text()
         with closing(raw(board)) as conn:
             with pytest.raises(sqlite3.IntegrityError, match="ACTIVITY_APPEND_ONLY"):
                 conn.execute("UPDATE task_activities SET event = 'task_updated'")

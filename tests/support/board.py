@@ -206,11 +206,27 @@ def deselect_sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> Non
         items[:] = keep
 
 
+#: Under PostgreSQL, the database each data directory's board was given: a board started again on
+#: the same data directory (a restart, a board swapped back behind one URL) finds its state there.
+_DATABASES: dict[Path, str] = {}
+
+
+def database_for(data_dir: Path) -> str | None:
+    """The database a board on ``data_dir`` uses in this run: None on SQLite (the file in the
+    directory), else the same fresh database every time the directory is named."""
+    if test_engine() != "postgresql":
+        return None
+    key = data_dir.resolve()
+    if key not in _DATABASES:
+        _DATABASES[key] = fresh_database_url()
+    return _DATABASES[key]
+
+
 async def start_board(data_dir: Path, *, clock: Callable[[], str] | None = None, **settings: Any) -> RunningBoard:
     """A board on a free loopback port; with ``clock``, its store stamps commits with that clock."""
     store: WriterStore | None = None
     if test_engine() == "postgresql" and "database" not in settings:
-        settings["database"] = fresh_database_url()
+        settings["database"] = database_for(data_dir)
     if clock is not None:
         if settings.get("database"):
             from services.board.postgres_store import PostgresStore

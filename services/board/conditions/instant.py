@@ -197,9 +197,11 @@ def _blocked(tx: Tx, task: Row, mark: Mark | None, config_of: Any) -> None:
     blockers = rules.open_blockers(tx.conn, task_id) if live and task["_blocked_some"] else []
     if blockers:
         changes = events.card_blocked(blockers=blockers)
-        if mark is None:
-            emit(tx, config_of(project_id), events.CARD_BLOCKED, project_id, task_id, changes)
         if mark is None or mark.changes != changes:
+            # Sent again when the open blockers change while the card stays blocked: the blocker's
+            # rows hang off the blocker, so without it a brief's or a page's "waiting on" would
+            # name a finished card until this one's next event.
+            emit(tx, config_of(project_id), events.CARD_BLOCKED, project_id, task_id, changes)
             marks.put(tx.conn, Mark(events.CARD_BLOCKED, project_id, task_id, task_id, task_id, changes,
                                     mark.since if mark else tx.now))
     elif mark is not None:
