@@ -9,6 +9,8 @@ roll back their marks with them; the signals leave only after COMMIT.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any
 
 from shared import conditions, domain, events
@@ -96,8 +98,10 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
             tx.effects.append(Deadlines(task_id, ()))
             continue
         held = marks.of_task(tx.conn, task_id) if task["_marked"] else {}
-        if task_id in touched or task_id in dependents:
-            _blocked(tx, task, held.get(events.CARD_BLOCKED), config_of)
+        blocked_mark = held.get(events.CARD_BLOCKED)
+        # Nothing points ``blocks`` at it and it holds no such mark: nothing to judge.
+        if (task_id in touched or task_id in dependents) and (blocked_mark is not None or task["_blocked_some"]):
+            _blocked(tx, task, blocked_mark, config_of)
         if task_id in touched or task_id in rearm:
             _deadlines(tx, task, held, config_of(task["project_id"]), claim_fresh_seconds=claim_fresh_seconds,
                        active_at=tx.now if task_id in active else None)
@@ -105,27 +109,33 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
 
 def columns(tx: Tx, project_id: str, config: settings.ProjectConditions) -> None:
     """WIP limits and monitored lanes of one project, against the marks that hold."""
-    held = marks.of_project(tx.conn, project_id, _COLUMN_TYPES)
-    if not config.wip_limits and not config.lanes and not held:
+    wanted = config.column_statuses
+    held: dict[tuple[str, str], Mark] = {}
+    counts: dict[str, int] = {}
+    for row in tx.conn.execute(_columns_sql(wanted), (project_id, *(project_id for _ in wanted))):
+        if row[0] is None:
+            counts[row[2]] = int(row[6])
+        else:
+            found = marks.from_row(row)
+            held[(found.type, found.subject)] = found
+    if not wanted and not held:
         return
-    wanted = sorted(set(config.wip_limits) | config.lanes | {status for _, status in held})
-    counts = dict.fromkeys(wanted, 0)
-    for status, number in tx.conn.execute(
-        f"SELECT status, count(*) FROM tasks WHERE project_id = ? AND archived_at IS NULL"
-        f" AND status IN ({', '.join('?' for _ in wanted)}) GROUP BY status",
-        (project_id, *wanted),
-    ):
-        counts[status] = int(number)
+    extra = sorted({status for _, status in held} - counts.keys())
+    if extra:  # a mark left on a column the settings no longer watch: its count says it clears
+        counts.update(dict.fromkeys(extra, 0))
+        for status, number in tx.conn.execute(
+            f"SELECT status, count(*) FROM tasks WHERE project_id = ? AND archived_at IS NULL"
+            f" AND status IN ({', '.join('?' for _ in extra)}) GROUP BY status",
+            (project_id, *extra),
+        ):
+            counts[status] = int(number)
 
-    def count(status: str) -> int:
-        return counts[status]
-
-    for status in sorted(set(config.wip_limits) | {s for t, s in held if t == events.WIP_EXCEEDED}):
+    for status in _judged(config.wip_statuses, held, events.WIP_EXCEEDED):
         mark = held.get((events.WIP_EXCEEDED, status))
         limit = config.wip_limits.get(status)
-        over = limit is not None and count(status) > limit
-        if over and limit is not None:
-            changes = events.wip_exceeded(status=status, count=count(status), limit=limit)
+        count = counts[status]
+        if limit is not None and count > limit:
+            changes = events.wip_exceeded(status=status, count=count, limit=limit)
             if mark is None:
                 emit(tx, config, events.WIP_EXCEEDED, project_id, None, changes)
             if mark is None or mark.changes != changes:
@@ -135,17 +145,47 @@ def columns(tx: Tx, project_id: str, config: settings.ProjectConditions) -> None
             marks.drop(tx.conn, events.WIP_EXCEEDED, project_id, status)
             old_limit = limit if limit is not None else int(mark.changes.get("limit", 0))
             emit(tx, config, events.WIP_CLEARED, project_id, None,
-                 events.wip_cleared(status=status, count=count(status), limit=old_limit))
-    for status in sorted(config.lanes | {s for t, s in held if t == events.LANE_DRAINED}):
+                 events.wip_cleared(status=status, count=count, limit=old_limit))
+    for status in _judged(config.lane_statuses, held, events.LANE_DRAINED):
         mark = held.get((events.LANE_DRAINED, status))
-        empty = status in config.lanes and count(status) == 0
+        count = counts[status]
+        empty = status in config.lanes and count == 0
         if empty and mark is None:
             changes = events.lane_drained(status=status, count=0)
             emit(tx, config, events.LANE_DRAINED, project_id, None, changes)
             marks.put(tx.conn, Mark(events.LANE_DRAINED, project_id, status, None, status, changes, tx.now))
         elif not empty and mark is not None:
             marks.drop(tx.conn, events.LANE_DRAINED, project_id, status)
-            emit(tx, config, events.LANE_REFILLED, project_id, None, events.lane_refilled(status=status, count=count(status)))
+            emit(tx, config, events.LANE_REFILLED, project_id, None, events.lane_refilled(status=status, count=count))
+
+
+def _judged(configured: tuple[str, ...], held: dict[tuple[str, str], Mark], type_: str) -> Sequence[str]:
+    """The columns to judge for one condition: those configured and those holding its mark, sorted."""
+    if not held:
+        return configured
+    return sorted(set(configured) | {status for held_type, status in held if held_type == type_})
+
+
+_COLUMN_MARKS_SQL = (
+    f"SELECT {marks.COLUMNS} FROM condition_marks WHERE project_id = ? AND task_id IS NULL"
+    " AND type IN (" + ", ".join(f"'{type_}'" for type_ in _COLUMN_TYPES) + ")"
+)
+
+
+@functools.lru_cache(maxsize=256)
+def _columns_sql(statuses: tuple[str, ...]) -> str:
+    """A project's column marks and, in the same statement, how many live cards each of
+    ``statuses`` holds: rows with a NULL type, the status as subject and the count as since (one
+    statement instead of two; the statuses are validated names, spelled as literals so both
+    engines type every column of the union as text)."""
+    for status in statuses:
+        if status not in domain.STATUSES:
+            raise ValueError(f"not a status: {status!r}")
+    return _COLUMN_MARKS_SQL + "".join(
+        f" UNION ALL SELECT NULL, NULL, '{status}', NULL, NULL, NULL, CAST((SELECT count(*) FROM tasks"
+        f" WHERE project_id = ? AND status = '{status}' AND archived_at IS NULL) AS TEXT)"
+        for status in statuses
+    )
 
 
 def _dependents(tx: Tx, task_ids: set[str]) -> set[str]:
@@ -163,11 +203,18 @@ def _dependents(tx: Tx, task_ids: set[str]) -> set[str]:
     return found
 
 
+#: The card's columns the conditions read (the instant ones and ``temporal.episodes``): a row is
+#: built for every card a command touches, and ``tasks.*`` would cost that many columns more.
+_CARD_COLUMNS = (
+    "id", "project_id", "status", "archived_at", "status_since", "updated_at", "created_at", "claimed_by",
+    "claimed_by_kind", "heartbeat_at",
+)
+
 #: A card and three facts about it in one read, so the common case (no relations, no marks) pays
 #: one statement: whether it blocks anything, whether anything points ``blocks`` at it, whether
 #: it holds a mark.
 _CARD_SQL = (
-    "SELECT tasks.*,"
+    f"SELECT {', '.join(f'tasks.{column}' for column in _CARD_COLUMNS)},"
     " EXISTS (SELECT 1 FROM relations r WHERE r.type = 'blocks' AND r.source_id = tasks.id) AS _blocks_some,"
     " EXISTS (SELECT 1 FROM relations r WHERE r.type = 'blocks' AND r.target_id = tasks.id) AS _blocked_some,"
     " EXISTS (SELECT 1 FROM condition_marks m WHERE m.task_id = tasks.id) AS _marked"

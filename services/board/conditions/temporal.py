@@ -10,9 +10,8 @@ computed one way only.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from shared import conditions, domain, events
 
@@ -24,8 +23,9 @@ from .config import ProjectConditions
 _NOT_ACTIVITY: Final = ", ".join(f"'{name}'" for name in conditions.CONDITIONS)
 
 
-@dataclass(frozen=True, slots=True)
-class Episode:
+class Episode(NamedTuple):
+    """A tuple, not a frozen dataclass: the hook builds one per deadline per command."""
+
     type: str
     key: str
     deadline: float  # POSIX seconds
