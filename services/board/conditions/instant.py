@@ -79,11 +79,28 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
             (local if project_id in wide else shared)[project_id] = config
         return config
 
-    for project_id in sorted(projects):
-        config = config_of(project_id)
-        if config.wip_limits or config.lanes or project_id in wide:
+    watched = [
+        (project_id, config) for project_id in sorted(projects)
+        if (config := config_of(project_id)).wip_limits or config.lanes or project_id in wide
+    ]
+    rows: dict[str, Row] = {}
+    if len(watched) == 1 and len(touched) == 1:
+        # One statement for the card and its project's columns: the column marks it reads carry
+        # no task, so they are the same before and after the card's own judgement.
+        (project_id, config), (task_id,) = watched[0], touched
+        statuses = config.column_statuses
+        # The select list's terms bind the project, then the WHERE binds the card.
+        terms = (project_id,) * (len(statuses) + 1)
+        row = tx.conn.execute(_card_with_columns_sql(statuses), (*terms, task_id)).fetchone()
+        if row is not None:
+            rows[task_id] = row
+            columns(tx, project_id, config, _column_state(row, _CARD_WIDTH, statuses))
+        else:
             columns(tx, project_id, config)
-    rows = {task_id: row for task_id in touched if (row := _card(tx.conn, task_id)) is not None}
+    else:
+        for project_id, config in watched:
+            columns(tx, project_id, config)
+        rows = {task_id: row for task_id in touched if (row := _card(tx.conn, task_id)) is not None}
     dependents = _dependents(tx, {task_id for task_id, row in rows.items() if row["_blocks_some"]}) - touched
     rearm: set[str] = set()
     for project_id in wide:  # a project's settings changed: every deadline of it may have moved
@@ -107,17 +124,21 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
                        active_at=tx.now if task_id in active else None)
 
 
-def columns(tx: Tx, project_id: str, config: settings.ProjectConditions) -> None:
-    """WIP limits and monitored lanes of one project, against the marks that hold."""
+def columns(
+    tx: Tx, project_id: str, config: settings.ProjectConditions, state: tuple[dict[str, int], int] | None = None,
+) -> None:
+    """WIP limits and monitored lanes of one project, against the marks that hold. ``state``: the
+    project's column counts and how many column marks it holds, when the caller read them with
+    the card (``_column_state``); else they are read here."""
     wanted = config.column_statuses
-    held: dict[tuple[str, str], Mark] = {}
-    counts: dict[str, int] = {}
-    for row in tx.conn.execute(_columns_sql(wanted), (project_id, *(project_id for _ in wanted))):
-        if row[0] is None:
-            counts[row[2]] = int(row[6])
-        else:
-            found = marks.from_row(row)
-            held[(found.type, found.subject)] = found
+    if state is None:
+        state = _column_state(tx.conn.execute(f"SELECT {_column_sql(wanted)}", (project_id,) * (len(wanted) + 1))
+                              .fetchone(), 0, wanted)
+    counts, marked = state
+    held = {
+        (mark.type, mark.subject): mark
+        for mark in map(marks.from_row, tx.conn.execute(_COLUMN_MARKS_SQL, (project_id,)).fetchall())
+    } if marked else {}
     if not wanted and not held:
         return
     extra = sorted({status for _, status in held} - counts.keys())
@@ -173,19 +194,25 @@ _COLUMN_MARKS_SQL = (
 
 
 @functools.lru_cache(maxsize=256)
-def _columns_sql(statuses: tuple[str, ...]) -> str:
-    """A project's column marks and, in the same statement, how many live cards each of
-    ``statuses`` holds: rows with a NULL type, the status as subject and the count as since (one
-    statement instead of two; the statuses are validated names, spelled as literals so both
-    engines type every column of the union as text)."""
+def _column_sql(statuses: tuple[str, ...]) -> str:
+    """Select-list terms: how many live cards each of ``statuses`` holds, then how many column
+    marks the project holds (the marks themselves are read only when there are some). One ``?``
+    per term, each the project. The statuses are validated names, spelled as literals."""
     for status in statuses:
         if status not in domain.STATUSES:
             raise ValueError(f"not a status: {status!r}")
-    return _COLUMN_MARKS_SQL + "".join(
-        f" UNION ALL SELECT NULL, NULL, '{status}', NULL, NULL, NULL, CAST((SELECT count(*) FROM tasks"
-        f" WHERE project_id = ? AND status = '{status}' AND archived_at IS NULL) AS TEXT)"
-        for status in statuses
-    )
+    return ", ".join([
+        *(f"(SELECT count(*) FROM tasks c WHERE c.project_id = ? AND c.status = '{status}'"
+          " AND c.archived_at IS NULL)" for status in statuses),
+        "(SELECT count(*) FROM condition_marks m WHERE m.project_id = ? AND m.task_id IS NULL"
+        " AND m.type IN (" + ", ".join(f"'{type_}'" for type_ in _COLUMN_TYPES) + "))",
+    ])
+
+
+def _column_state(row: Row, offset: int, statuses: tuple[str, ...]) -> tuple[dict[str, int], int]:
+    """The counts and the number of column marks that ``_column_sql`` put at ``offset`` of ``row``."""
+    counts = {status: int(row[offset + n]) for n, status in enumerate(statuses)}
+    return counts, int(row[offset + len(statuses)])
 
 
 def _dependents(tx: Tx, task_ids: set[str]) -> set[str]:
@@ -225,6 +252,17 @@ _CARD_SQL = (
 def _card(conn: Any, task_id: str) -> Row | None:
     row: Row | None = conn.execute(_CARD_SQL, (task_id,)).fetchone()
     return row
+
+
+#: Where the column terms begin in a row of ``_card_with_columns_sql``.
+_CARD_WIDTH = len(_CARD_COLUMNS) + 3
+
+
+@functools.lru_cache(maxsize=256)
+def _card_with_columns_sql(statuses: tuple[str, ...]) -> str:
+    """The card's read and a project's column state in one statement (the common command: one
+    card, in a project that watches its columns)."""
+    return _CARD_SQL.replace(" FROM tasks WHERE id = ?", f", {_column_sql(statuses)} FROM tasks WHERE id = ?")
 
 
 def cards(tx: Tx, task_ids: set[str], config_of: Any) -> None:
@@ -275,11 +313,11 @@ def _deadlines(
     for type_, mark in held.items():
         if type_ not in current or current[type_].key != mark.episode:
             marks.drop(tx.conn, type_, mark.project_id, mark.subject)
-    armed = tuple(
+    armed = tuple([
         (episode.type, episode.key, episode.deadline)
         for episode in found
         if not (episode.type in held and held[episode.type].episode == episode.key)
-    )
+    ])
     tx.effects.append(Deadlines(task["id"], armed))
 
 
@@ -308,8 +346,9 @@ def fire(tx: Tx, due: list[tuple[str, str, str]], *, claim_fresh_seconds: float,
         if match.deadline > now + slack:
             again.append(Deadlines(task_id, ((type_, episode, match.deadline),)))
             continue
-        marks.put(tx.conn, Mark(type_, project_id, task_id, task_id, episode, match.changes, tx.now))
-        emit(tx, config, type_, project_id, task_id, match.changes)
+        changes = match.changes
+        marks.put(tx.conn, Mark(type_, project_id, task_id, task_id, episode, changes, tx.now))
+        emit(tx, config, type_, project_id, task_id, changes)
     return again
 
 
