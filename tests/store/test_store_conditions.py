@@ -13,10 +13,12 @@ from typing import Any
 import orjson
 
 from services.board.commands import projects, tasks
-from services.board.conditions import marks
+from services.board.conditions import marks, temporal
+from services.board.conditions.signals import Signal
 from services.board.conditions.timer import ConditionsEngine
 from services.board.store import Actor, WriterStore
 from shared import events
+from tests.support.waiting import async_wait_until
 
 ANN = Actor("human", "ann")
 KEPT = [events.WIP_EXCEEDED, events.WIP_CLEARED, events.LANE_DRAINED, events.LANE_REFILLED]
@@ -93,3 +95,30 @@ def test_a_mark_on_a_column_the_settings_stop_watching_clears_with_its_count(boa
     ]
     assert held(board) == {(events.LANE_DRAINED, "done"): {"status": "done", "count": 0}}
     assert a["status"] == "backlog"
+
+
+async def test_a_deadline_moved_later_fires_once_at_its_new_time_not_at_the_old_one(board: WriterStore) -> None:
+    """The timer keeps an earlier wake-up rather than moving it after every commit that pushes the
+    earliest deadline back: that wake-up finds nothing due, and the pushed deadline fires at its
+    own time, once."""
+    engine = ConditionsEngine(board, claim_fresh_seconds=600)
+    heard: list[Signal] = []
+    engine.add_signal_listener(heard.append)
+    await engine.start()
+    try:
+        await board.command(projects.update_project, ANN, "demo", settings={"monitors": {"idle_after": 1}})
+        card, _ = await board.command(tasks.create_task, ANN, project="demo", title="waits")
+        # Activity on the card: its idle deadline moves later while the first one is still armed.
+        touched = await board.command(tasks.update_task, ANN, card["id"], title="waits, touched")
+        assert touched["updated_at"] > card["created_at"] and engine.armed == 1
+
+        async def fired() -> bool:
+            return any(signal.type == events.CARD_IDLE for signal in heard)
+
+        await async_wait_until(fired, timeout=10, what="card_idle")
+        idle = [signal for signal in heard if signal.type == events.CARD_IDLE]
+        assert [signal.changes["since"] for signal in idle] == [touched["updated_at"]]
+        assert temporal.posix(idle[0].at) >= temporal.posix(touched["updated_at"]) + 1
+        assert engine.armed == 0
+    finally:
+        await engine.stop()

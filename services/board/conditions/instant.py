@@ -141,7 +141,7 @@ def columns(
     } if marked else {}
     if not wanted and not held:
         return
-    extra = sorted({status for _, status in held} - counts.keys())
+    extra = sorted({status for _, status in held} - counts.keys()) if held else None
     if extra:  # a mark left on a column the settings no longer watch: its count says it clears
         counts.update(dict.fromkeys(extra, 0))
         for status, number in tx.conn.execute(
