@@ -8,6 +8,7 @@ read back from the log beside the marks it left.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ from services.board.conditions.signals import Signal
 from services.board.conditions.timer import ConditionsEngine
 from services.board.store import Actor, WriterStore
 from shared import events
+from tests.store.engines import open_store
 from tests.support.waiting import async_wait_until
 
 ANN = Actor("human", "ann")
@@ -122,3 +124,36 @@ async def test_a_deadline_moved_later_fires_once_at_its_new_time_not_at_the_old_
         assert engine.armed == 0
     finally:
         await engine.stop()
+
+
+def test_marks_another_store_wrote_are_judged_by_the_next_command_here(
+    board: WriterStore, engine: str, tmp_path: Path, database_url: str | None,
+) -> None:
+    """Two stores on one database, each with its engine (two board processes on PostgreSQL; a
+    script beside the board on SQLite): what one's commands marked, the other's next command
+    judges against — it clears the mark, and crosses again once, not twice."""
+    ConditionsEngine(board, claim_fresh_seconds=600)
+    run(board, projects.update_project, "demo", settings={"wip_limits": {"backlog": 1}, "persist_conditions": KEPT})
+    a, _ = run(board, tasks.create_task, project="demo", title="first")
+    b, _ = run(board, tasks.create_task, project="demo", title="second")
+    other = open_store(engine, tmp_path, database_url)
+    other.open()
+    try:
+        ConditionsEngine(other, claim_fresh_seconds=600)
+        start = head(board)
+        run(other, tasks.move_task, a["id"], to="backlog")
+        run(other, tasks.move_task, b["id"], to="backlog")
+        assert said_since(board, start) == [(events.WIP_EXCEEDED, {"status": "backlog", "count": 2, "limit": 1})]
+
+        start = head(board)
+        run(board, tasks.move_task, b["id"], to="todo")
+        assert said_since(board, start) == [(events.WIP_CLEARED, {"status": "backlog", "count": 1, "limit": 1})]
+        assert held(board) == {}
+
+        start = head(board)
+        run(other, tasks.move_task, b["id"], to="backlog")
+        run(board, tasks.update_task, a["id"], title="first, renamed")
+        assert said_since(board, start) == [(events.WIP_EXCEEDED, {"status": "backlog", "count": 2, "limit": 1})]
+        assert set(held(board)) == {(events.WIP_EXCEEDED, "backlog")}
+    finally:
+        other.close()
