@@ -85,8 +85,9 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
     ]
     rows: dict[str, Row] = {}
     if len(watched) == 1 and len(touched) == 1:
-        # One statement for the card and its project's columns: the column marks it reads carry
-        # no task, so they are the same before and after the card's own judgement.
+        # One statement for the card and its project's columns. Reading both before judging
+        # either is what reading them in turn would see: the column judgement writes only marks
+        # without a card, and the card's read looks only at marks of that card.
         (project_id, config), (task_id,) = watched[0], touched
         statuses = config.column_statuses
         # The select list's terms bind the project, then the WHERE binds the card.
