@@ -157,7 +157,10 @@ class ConditionsEngine:
                 self._handle, self._handle_at = None, None
             return
         deadline = self._heap[0][0]
-        if self._handle is not None and self._handle_at == deadline:
+        if self._handle is not None and self._handle_at is not None and self._handle_at <= deadline:
+            # An earlier wake-up stands: it finds nothing due and waits again (see ``_due``). Moving
+            # it back after every commit whose card held the earliest deadline would cost a timer
+            # handle per command.
             return
         if self._handle is not None:
             self._handle.cancel()
