@@ -186,6 +186,15 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 
 #: Idle cursors a connection keeps for its next statements (``PgConnection.execute``).
 SPARE_CURSORS: Final = 8
+#: A cursor keeps its last statement's parameters until its next one: one that carried a value
+#: this large (an attachment's bytes) is not kept, so spares never hold megabytes between writes.
+SPARE_PARAMETER_BYTES: Final = 64 * 1024
+
+
+def _small(params: Any) -> bool:
+    values = params.values() if isinstance(params, Mapping) else params
+    return all(not isinstance(value, str | bytes | bytearray | memoryview) or len(value) <= SPARE_PARAMETER_BYTES
+               for value in values)
 
 
 class PgResult:
@@ -194,9 +203,9 @@ class PgResult:
 
     __slots__ = ("_cursor", "_spares")
 
-    def __init__(self, cursor: psycopg.Cursor[PgRow], spares: list[psycopg.Cursor[PgRow]]) -> None:
+    def __init__(self, cursor: psycopg.Cursor[PgRow], spares: list[psycopg.Cursor[PgRow]] | None) -> None:
         self._cursor = cursor
-        self._spares = spares
+        self._spares = spares  # None: this cursor is not to be reused
 
     def fetchone(self) -> PgRow | None:
         return self._cursor.fetchone()
@@ -226,7 +235,7 @@ class PgResult:
         # Runs when the last reference goes (CPython frees at once); where a runtime frees later,
         # or never, the cursor is simply not reused. The list may belong to another thread's
         # connection: append is atomic, and a cursor is only taken from it by that thread.
-        if len(self._spares) < SPARE_CURSORS and not self._cursor.closed:
+        if self._spares is not None and len(self._spares) < SPARE_CURSORS and not self._cursor.closed:
             self._spares.append(self._cursor)
 
 
@@ -249,7 +258,7 @@ class PgConnection:
         cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)
         # A tuple is always passed, even empty: psycopg then reads ``%%`` as the ``%`` it stands for.
         cursor.execute(query, params if isinstance(params, Mapping) else tuple(params))
-        return PgResult(cursor, self._spares)
+        return PgResult(cursor, self._spares if _small(params) else None)
 
     def script(self, statements: str) -> PgResult:
         """Statements without parameters, ``;``-separated: one simple query, one round trip. The

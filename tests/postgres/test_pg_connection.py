@@ -102,3 +102,14 @@ def test_a_result_read_in_pages_and_one_closed_by_its_reader(conn: PgConnection)
     closed.close()  # psycopg's own method: a closed cursor is not lent again
     del result, closed
     assert [conn.execute("SELECT ?", (n,)).fetchone()[0] for n in range(3)] == [0, 1, 2]  # type: ignore[index]
+
+
+def test_a_statement_that_carried_an_attachments_bytes_does_not_keep_its_cursor(conn: PgConnection) -> None:
+    """A spare holds its last parameters until its next statement: megabytes of blob must not
+    stay on the writer's connection between writes."""
+    big = b"x" * (postgres_store.SPARE_PARAMETER_BYTES + 1)
+    conn.execute("SELECT length(?)", (big,)).fetchone()
+    conn.execute("SELECT 1").fetchone()
+    assert CountedCursor.made == 2, "the cursor that carried the bytes was lent again"
+    conn.execute("SELECT length(?)", (b"x" * 100,)).fetchone()
+    assert CountedCursor.made == 2  # a small one goes back as before
