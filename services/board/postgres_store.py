@@ -492,13 +492,15 @@ class PostgresStore(WriterStore):
         conn: PgConnection | None = None
         try:
             conn = self._writer_conn()
-            self._begin(conn)
-            tx = Tx(conn, actor, self.clock())
+            locked_at = self._begin(conn)
+            tx = Tx(conn, actor, self.clock(), others_committed=self._others_committed(locked_at))
             result = fn(tx, *args, **kwargs)
             self._run_hook(tx)
             refuse_unencodable(result)
             self._commit(conn, tx.appended[-1] if tx.appended else 0)
+            self._committed_at(locked_at, tx.appended[-1] if tx.appended else 0)
         except BaseException as exc:
+            self._left_head = None
             if conn is not None and conn.in_transaction:
                 with contextlib.suppress(psycopg.Error):
                     conn.execute("ROLLBACK")

@@ -147,6 +147,11 @@ class Tx:
     #: batch hand-off is attached (see ``BatchHandoff``).
     encode: Callable[..., Any] | None = None
     encoded: list[Any] = field(default_factory=list)
+    #: Another process may have committed since this store last did (another board process on the
+    #: same PostgreSQL database, a script writing the SQLite file): what a cache kept between
+    #: commands holds of committed state (the conditions' project settings) must be read again.
+    #: Found from the head under the write lock, against the head this store's last commit left.
+    others_committed: bool = False
 
     def execute(self, sql: str, params: Params = ()) -> Cursor:
         return self.conn.execute(sql, params)
@@ -283,7 +288,8 @@ class _Job:
 _STOP: Final = object()
 
 
-def _head(conn: Connection) -> int:
+def locked_head(conn: Connection) -> int:
+    """The log's head, read inside the writing transaction."""
     revision: int = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
     return revision
 
@@ -357,6 +363,9 @@ class WriterStore:
         self._handoff: BatchHandoff | None = None
         #: The hand-off of the batch the writer thread has just run (writer thread only).
         self._handed: Handed | None = None
+        #: The head this process's writer left at its last commit (writer thread only); None until
+        #: the first, and after a batch whose outcome is not known. ``run_command`` keeps it too.
+        self._left_head: int | None = None
 
     # -- what an engine provides ----------------------------------------------------------------
 
@@ -373,7 +382,7 @@ class WriterStore:
     def _begin(self, conn: Any, *then: str) -> int | None:
         """Start a writing transaction that holds the engine's write lock from its first statement,
         then run the statements ``then`` (which return nothing). Returns the head revision the lock
-        was taken at when the engine reads it in doing so (PostgreSQL), else None."""
+        was taken at (both engines read it; None would leave the batch to find it itself)."""
         raise NotImplementedError
 
     def _steps(self, conn: Any, *statements: str) -> None:
@@ -538,13 +547,14 @@ class WriterStore:
         began = 0
         if encode is not None:
             try:
-                began = _head(conn) if locked_at is None else locked_at
+                began = locked_head(conn) if locked_at is None else locked_at
             except self.driver_error:
                 encode = None  # no hand-off for this batch; the log reader reads it
+        others = self._others_committed(locked_at)
         for position, job in enumerate(batch):
             # Each command's own clock reading, taken under the write lock: commit times follow
             # revision order inside a batch and across processes.
-            tx = Tx(conn, job.actor, self.clock(), encode=encode)
+            tx = Tx(conn, job.actor, self.clock(), encode=encode, others_committed=others)
             # The savepoint of the next command is set as this one's is released (or rolled back
             # to): one step between commands. The last one's is released by COMMIT.
             following = ("SAVEPOINT command",) if position + 1 < len(batch) else ()
@@ -581,9 +591,21 @@ class WriterStore:
             self._abandon(conn)
             for job in batch:
                 job.lose(batch_lost(exc))
+            self._left_head = None
             return 0
         self._handed = handed
+        self._committed_at(locked_at, last)
         return last
+
+    def _others_committed(self, locked_at: int | None) -> bool:
+        """Whether the head the write lock was taken at is not the one this writer left: another
+        process committed in between (or this writer does not know, having just started)."""
+        return locked_at is not None and locked_at != self._left_head
+
+    def _committed_at(self, locked_at: int | None, last: int) -> None:
+        """What this writer left: its last revision, or the head it found when it appended none."""
+        if locked_at is not None:
+            self._left_head = last or locked_at
 
     def _encoded_batch(self, conn: Any, began: int, batch: list[_Job]) -> Handed | None:
         """The batch's frames with the range they cover, if they are every row of that range.

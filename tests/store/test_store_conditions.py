@@ -157,3 +157,26 @@ def test_marks_another_store_wrote_are_judged_by_the_next_command_here(
         assert set(held(board)) == {(events.WIP_EXCEEDED, "backlog")}
     finally:
         other.close()
+
+
+def test_settings_changed_through_another_store_are_what_the_next_command_here_judges_by(
+    board: WriterStore, engine: str, tmp_path: Path, database_url: str | None
+) -> None:
+    """Each engine caches a project's settings between commands. A limit lowered through another
+    store on the same database (another board process on PostgreSQL, a script on SQLite) must hold
+    for this one's very next command: the head under the write lock says someone else committed."""
+    ConditionsEngine(board, claim_fresh_seconds=600)
+    run(board, projects.update_project, "demo", settings={"wip_limits": {"backlog": 5}, "persist_conditions": KEPT})
+    a, _ = run(board, tasks.create_task, project="demo", title="first")
+    b, _ = run(board, tasks.create_task, project="demo", title="second")
+    run(board, tasks.move_task, a["id"], to="backlog")  # judged by a limit of 5: now cached here
+    other = open_store(engine, tmp_path, database_url)
+    other.open()
+    try:
+        ConditionsEngine(other, claim_fresh_seconds=600)
+        run(other, projects.update_project, "demo", settings={"wip_limits": {"backlog": 1}, "persist_conditions": KEPT})
+        start = head(board)
+        run(board, tasks.move_task, b["id"], to="backlog")
+        assert said_since(board, start) == [(events.WIP_EXCEEDED, {"status": "backlog", "count": 2, "limit": 1})]
+    finally:
+        other.close()

@@ -42,12 +42,15 @@ def emit(tx: Tx, config: settings.ProjectConditions, type_: str, project_id: str
 
 
 #: A project's condition settings, cached by the engine between commands: re-read whenever a
-#: command writes a project-wide row (its settings may have changed), else one read per project.
+#: command writes a project-wide row (its settings may have changed), and all of them whenever
+#: another board process may have committed since this one last did (``Tx.others_committed``).
 ConfigCache = dict[str, settings.ProjectConditions]
 
 
 def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = None) -> None:
     """The command hook: judge the conditions where this command wrote."""
+    if tx.others_committed and cache:
+        cache.clear()
     if not tx.scopes:
         return
     scopes = list(tx.scopes)
