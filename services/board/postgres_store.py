@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import psycopg
 import psycopg.errors
 import structlog
+from psycopg import sql
 from psycopg.adapt import Dumper, Loader
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
@@ -62,6 +63,9 @@ log = structlog.get_logger("taskd.store")
 #: rotation notifies, so every board process on the database reloads it.
 LOG_CHANNEL: Final = "taskloom_log"
 TOKEN_CHANNEL: Final = "taskloom_token"
+#: What a commit's effects mean for the other board processes (signals, deadlines), as
+#: ``<origin> <note>``: each process drops its own.
+PEER_CHANNEL: Final = "taskloom_peer"
 #: How long connecting may take before the server counts as unreachable, seconds.
 CONNECT_TIMEOUT_S: Final = 5
 #: How long a read waits for a pool connection before answering 503, seconds.
@@ -386,6 +390,7 @@ class PostgresStore(WriterStore):
 
     engine = "postgresql"
     blobs_in_database = True
+    serves_peers = True
     driver_error = psycopg.Error
 
     def __init__(self, url: str, *, clock: Callable[[], str] = utc_now) -> None:
@@ -401,6 +406,8 @@ class PostgresStore(WriterStore):
         self._token_listeners: list[TokenListener] = []
         self._listen_thread: threading.Thread | None = None
         self._listen_stop = threading.Event()
+        #: Names this store's notifications, so its own LISTEN drops them.
+        self.origin = secrets.token_hex(6)
         self._listen_conn: psycopg.Connection[Any] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -473,12 +480,18 @@ class PostgresStore(WriterStore):
         if statements:
             conn.script("; ".join(statements))  # one simple query, one round trip
 
-    def _commit(self, conn: PgConnection, revision: int) -> None:
-        if not revision:
+    def _commit(self, conn: PgConnection, revision: int, notes: Sequence[str] = ()) -> None:
+        if not revision and not notes:
             conn.execute("COMMIT")
             return
         # Delivered at COMMIT, never for a rollback; one round trip with the COMMIT itself.
-        conn.script(f"SELECT pg_notify('{LOG_CHANNEL}', '{int(revision)}'); COMMIT")
+        steps = [f"SELECT pg_notify('{LOG_CHANNEL}', '{int(revision)}')"] if revision else []
+        steps += [
+            sql.SQL("SELECT pg_notify({}, {})").format(sql.Literal(PEER_CHANNEL), sql.Literal(f"{self.origin} {note}"))
+            .as_string(conn.raw)
+            for note in notes
+        ]
+        conn.script("; ".join((*steps, "COMMIT")))
 
     def _in_transaction(self, conn: PgConnection) -> bool:
         return conn.in_transaction
@@ -591,6 +604,10 @@ class PostgresStore(WriterStore):
         super().add_commit_listener(listener)
         self._start_listening()
 
+    def add_peer_listener(self, listener: Callable[[str], None]) -> None:
+        super().add_peer_listener(listener)
+        self._start_listening()
+
     def _start_listening(self) -> None:
         with contextlib.suppress(RuntimeError):
             self._loop = asyncio.get_running_loop()
@@ -610,6 +627,7 @@ class PostgresStore(WriterStore):
             try:
                 conn.execute(f"LISTEN {LOG_CHANNEL}")
                 conn.execute(f"LISTEN {TOKEN_CHANNEL}")
+                conn.execute(f"LISTEN {PEER_CHANNEL}")
                 # Whatever was committed while nobody listened: the readers read up to the head now.
                 head = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()
                 self._hand_over(int(head[0]) if head else 0, token=True)
@@ -617,6 +635,11 @@ class PostgresStore(WriterStore):
                     for note in conn.notifies(timeout=LISTEN_WAKE_S):
                         if note.channel == LOG_CHANNEL:
                             self._hand_over(int(note.payload or 0))
+                        elif note.channel == PEER_CHANNEL:
+                            origin, _, body = note.payload.partition(" ")
+                            if origin != self.origin and self._loop is not None:
+                                with contextlib.suppress(RuntimeError):  # the loop closed
+                                    self._loop.call_soon_threadsafe(self._tell_peer_listeners, body)
                         else:
                             self._hand_over(0, token=True)
             except psycopg.Error:
