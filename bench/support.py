@@ -13,8 +13,8 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 
 from shared import hub_protocol as hp
@@ -90,10 +90,17 @@ class Board(Service):
     data_dir: Path
 
 
+#: The tree these benches belong to. The venv's console scripts import ``services`` from wherever
+#: the package was installed (an editable install of another checkout, say); putting this tree
+#: first on the services' path makes a bench measure the code it was run from.
+TREE = Path(__file__).resolve().parent.parent
+
+
 def _spawn(command: list[str], env: Mapping[str, str], log: Path, *, keep_stdout: bool) -> subprocess.Popen[bytes]:
+    path = os.pathsep.join(p for p in (str(TREE), env.get("PYTHONPATH", "")) if p)
     # Appended to, so a service restarted in the same folder keeps its earlier lines.
     with open(log, "ab") as out:
-        return subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL,
+        return subprocess.Popen(command, env={**env, "PYTHONPATH": path}, stdin=subprocess.DEVNULL,
                                 stdout=out if keep_stdout else subprocess.DEVNULL, stderr=out)
 
 
@@ -148,25 +155,100 @@ def start_hub(folder: Path, env: Mapping[str, str], url: str, token: str, *args:
     return Service(process), pointer
 
 
-async def follow_board(session: aiohttp.ClientSession, url: str, token: str, opened: asyncio.Event,
+class StampedChunks(asyncio.Protocol):
+    """A consumer's socket: every chunk is stamped with ``perf_counter`` in ``data_received``.
+
+    The benches read many streams in one process, and each consumer's parsing takes loop time. On
+    uvloop every socket that one poll found readable gets its ``data_received`` before any task
+    runs, so a stamp taken here is when the bytes reached this process, whatever the other
+    consumers cost to parse; a stamp taken in the consumer's task after ``await reader.read()``
+    would charge the 50th follower with the 49 before it (which a follower in its own process
+    never pays), and the one direct stream with nothing.
+    """
+
+    def __init__(self) -> None:
+        self.chunks: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.put_nowait((time.perf_counter(), data))
+
+    def eof_received(self) -> bool:
+        self.chunks.put_nowait((time.perf_counter(), b""))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.chunks.put_nowait((time.perf_counter(), b""))
+
+
+async def stamped_connection(host: str, port: int) -> tuple[asyncio.Transport, StampedChunks]:
+    transport, protocol = await asyncio.get_running_loop().create_connection(StampedChunks, host, port)
+    return transport, protocol
+
+
+def dechunk(buffer: bytearray) -> tuple[bytes, bool]:
+    """The payload of every complete HTTP/1.1 chunk at the head of ``buffer`` (consumed), and
+    whether the last chunk (size 0) was among them."""
+    out = bytearray()
+    while True:
+        eol = buffer.find(b"\r\n")
+        if eol < 0:
+            return bytes(out), False
+        size = int(bytes(buffer[:eol]).split(b";")[0], 16)
+        if len(buffer) < eol + 2 + size + 2:
+            return bytes(out), False
+        out += buffer[eol + 2 : eol + 2 + size]
+        del buffer[: eol + 2 + size + 2]
+        if size == 0:
+            return bytes(out), True
+
+
+async def follow_board(url: str, token: str, opened: asyncio.Event,
                        on_message: Callable[[str | None, str, float], None]) -> None:
     """Follow the board's ``/api/v1/events`` from now on, setting ``opened`` once it answers (or
     fails to: whoever waits for it must not wait forever; the failure is this task's exception);
     every message with data goes to ``on_message`` as its event name (None for an activity frame),
-    its data and the ``perf_counter`` at which its chunk arrived."""
+    its data and the ``perf_counter`` at which its chunk reached this process (``StampedChunks``).
+
+    A plain HTTP/1.1 request on a stamped socket rather than aiohttp's client, so the direct
+    stream is read exactly as ``follow_hub`` reads the hub."""
+    parts = urlsplit(url)
     try:
-        response = await session.get(f"{url}/api/v1/events", headers={"Authorization": f"Bearer {token}"},
-                                     timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
+        transport, protocol = await stamped_connection(parts.hostname or "127.0.0.1", parts.port or 80)
+        transport.write(f"GET {parts.path}/api/v1/events HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+                        f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n".encode())
+        head = bytearray()
+        while b"\r\n\r\n" not in head:
+            _, chunk = await protocol.chunks.get()
+            if not chunk:
+                raise ConnectionError(f"the board closed the stream before answering: {bytes(head)!r}")
+            head += chunk
     finally:
         opened.set()
-    async with response:
-        assert response.status == 200, await response.text()
+    try:
+        header, _, body = bytes(head).partition(b"\r\n\r\n")
+        status = header.split(b"\r\n", 1)[0]
+        assert status.split()[1] == b"200", header
+        chunked = b"transfer-encoding: chunked" in header.lower()
+        pending = bytearray(body)
         parser = SSEParser()
-        async for chunk in response.content.iter_any():
-            now = time.perf_counter()
-            for item in parser.feed(chunk):
+        arrived = time.perf_counter()
+        while True:
+            if chunked:
+                data, ended = dechunk(pending)
+            else:
+                data, ended = bytes(pending), False
+                pending.clear()
+            for item in parser.feed(data):
                 if isinstance(item, SSEMessage) and item.data:
-                    on_message(item.event, item.data, now)
+                    on_message(item.event, item.data, arrived)
+            if ended:
+                return
+            arrived, chunk = await protocol.chunks.get()
+            if not chunk:
+                return
+            pending += chunk
+    finally:
+        transport.close()
 
 
 async def hub_session(port: int, token: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -180,23 +262,29 @@ async def hub_session(port: int, token: str) -> tuple[asyncio.StreamReader, asyn
 async def follow_hub(port: int, token: str, opened: asyncio.Event,
                      on_message: Callable[[dict[str, Any], float], None]) -> None:
     """Follow the hub from now on, setting ``opened`` at its ``open``; every other message goes to
-    ``on_message`` with the ``perf_counter`` at which its chunk arrived."""
-    reader, writer = await hub_session(port, token)
-    writer.write(orjson.dumps(hp.follow(idle_ms=0)) + b"\n")
+    ``on_message`` with the ``perf_counter`` at which its chunk reached this process
+    (``StampedChunks``)."""
+    transport, protocol = await stamped_connection("127.0.0.1", port)
+    transport.write(orjson.dumps(hp.hello(token)) + b"\n" + orjson.dumps(hp.follow(idle_ms=0)) + b"\n")
     tail = b""
     try:
         # Whole chunks split by hand: the bench client must cost less than what it measures.
-        while chunk := await reader.read(1 << 16):
+        while True:
+            arrived, chunk = await protocol.chunks.get()
+            if not chunk:
+                return
             *lines, tail = (tail + chunk).split(b"\n")
-            now = time.perf_counter()
             for line in lines:
                 message = orjson.loads(line)
+                if message["type"] == "welcome":
+                    continue
+                assert message["type"] != "error", message  # the hello was refused
                 if message["type"] == "open":
                     opened.set()
                 else:
-                    on_message(message, now)
+                    on_message(message, arrived)
     finally:
-        writer.close()
+        transport.close()
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:

@@ -81,7 +81,7 @@ async def test_a_hub_follower_and_a_board_stream_hear_a_write_on_the_board(tmp_p
             followers = [
                 asyncio.create_task(support.follow_hub(pointer["port"], pointer["token"], opened[0],
                                                        lambda message, _at: via_hub.append(message))),
-                asyncio.create_task(support.follow_board(http, board.url, board.token, opened[1],
+                asyncio.create_task(support.follow_board(board.url, board.token, opened[1],
                                                          lambda event, data, _at: via_stream.append(json.loads(data))
                                                          if event is None else None)),
             ]
