@@ -317,8 +317,9 @@ class Hub:
             line = encode_line(hp.event(revision=revision, activity={**activity, "changes": {"omitted": True}}))
         self.revision = revision
         self.ring.append(revision, line)
+        now = asyncio.get_running_loop().time()  # one clock read per event, not two per follower
         for connection in self.followers:
-            connection.push_event(revision, line)
+            connection.push_event(revision, line, now)
         self.registrations.board_event(activity)
 
     def board_signal(self, signal: dict[str, Any]) -> None:
@@ -394,6 +395,9 @@ class Connection:
         self.reader = reader
         self.writer = writer
         self.session = Session(hub.token, max_line=hub.settings.max_line)
+        #: Looked up once: the fan-out reads both for every follower on every event.
+        self.transport = writer.transport
+        self._max_pending = hub.settings.max_pending
         self.outbox: deque[bytes] = deque()
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -583,25 +587,29 @@ class Connection:
         self.last_event_at = self._loop.time()
         self._arm_timer()
 
-    def push_event(self, revision: int, line: bytes) -> None:
-        """A live event from the fan-out; a full outbox makes this follower catch up from the ring."""
+    def push_event(self, revision: int, line: bytes, now: float) -> None:
+        """A live event from the fan-out (``now``: the loop's clock for this event); a full outbox
+        makes this follower catch up from the ring."""
         if self.closing:
             return
-        self.last_event_at = self._loop.time()  # a record is coming, now or through the ring
+        self.last_event_at = now  # a record is coming, now or through the ring
         if self.lagging:
             return
-        if len(self.outbox) >= self.hub.settings.max_pending:
+        outbox = self.outbox
+        if len(outbox) >= self._max_pending:
             self.lagging = True
-            log.info("follower_lagging", cursor=self.cursor, pending=len(self.outbox))
+            log.info("follower_lagging", cursor=self.cursor, pending=len(outbox))
             return
         self.cursor = revision
-        transport = self.writer.transport
-        if self._writer_parked and transport.get_write_buffer_size() < WRITE_HIGH_WATER and not transport.is_closing():
+        transport = self.transport
+        if (self._writer_parked and not outbox and transport.get_write_buffer_size() < WRITE_HIGH_WATER
+                and not transport.is_closing()):
             # Fast path: the writer task is parked with nothing queued and the socket keeps up,
-            # so this synchronous write is still the only one in flight (no task wake-up per
-            # follower per event). Anything else goes through the outbox and drain().
+            # so this synchronous write is the only one in flight and comes after every line
+            # already queued (no task wake-up per follower per event). Anything else goes
+            # through the outbox and drain().
             transport.write(line)
-            self.last_write_at = self._loop.time()
+            self.last_write_at = now
             return
         self._queue(line)
 

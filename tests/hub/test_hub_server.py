@@ -253,6 +253,26 @@ async def test_a_two_mib_line_closes_the_session(hub: Hub, board: RunningBoard) 
     assert await activity_count(board) == before
 
 
+async def test_a_line_already_queued_leaves_before_a_live_event(hub: Hub, board: RunningBoard, client: BoardClient) -> None:
+    """The fan-out's direct write must not overtake what the follower's writer has not sent yet
+    (a pong, a heartbeat, a reset queued in the same loop turn)."""
+    task = await make_task(client)
+    await hub_caught_up(hub, board)
+    raw = await RawClient.greeted(hub)
+    await raw.send(hp.follow(idle_ms=0))
+    await raw.recv_type("open")
+    (connection,) = hub.followers
+    await async_wait_until(lambda: _true(connection._writer_parked), what="the writer to park")  # noqa: SLF001
+    revision = (hub.revision or 0) + 1
+    activity = {"id": revision, "revision": revision, "task_id": task["id"], "event": "comment_added"}
+    # One synchronous turn, as when a ping's answer and a board frame meet in one loop iteration.
+    connection.send(hub.pong())
+    hub.board_event(revision, activity)
+    assert (await raw.recv())["type"] == "pong"
+    assert (await raw.recv())["revision"] == revision
+    await raw.close()
+
+
 # -- slow followers never hold up the others ------------------------------------------------------
 
 
