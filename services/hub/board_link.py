@@ -7,6 +7,10 @@ resumes from the last revision it saw. The board's ``shutdown`` frame is not for
 restart is invisible to local followers apart from the pause. Its ``signal`` frames (conditions,
 docs/conditions.md) are handed on as they come; they carry no ``id:`` and never move the cursor.
 
+The stream itself is read by ``board_stream.BoardStream`` (HTTP/1.1 on a plain protocol), which
+hands each read's SSE items to the link in the callback that received them; ``/meta`` goes
+through aiohttp.
+
 A ``401`` is the one answer no ladder can fix: the board no longer takes this hub's token (it
 was rotated). The link tells the hub once and ends; the hub says so to its sessions and exits,
 and its clients, who re-read the token, start a hub keyed by the new one (SPEC §7.1).
@@ -54,7 +58,11 @@ class BoardSink(Protocol):
 
     def board_event(self, revision: int, activity: dict[str, Any], data: str | None = None) -> None:
         """One activity frame, revisions strictly increasing; ``data`` is the frame's JSON as the
-        board sent it (the hub forwards those bytes instead of encoding ``activity`` again)."""
+        board sent it (the hub forwards those bytes instead of encoding ``activity`` again). The
+        sink may hold it until ``board_flush``."""
+
+    def board_flush(self) -> None:
+        """The end of what one read from the board carried: send what ``board_event`` held."""
 
     def board_signal(self, signal: dict[str, Any]) -> None:
         """A condition signal (``event: signal``): id-less, so it never moves the cursor."""
@@ -209,6 +217,13 @@ class BoardLink:
         log.info("board_stream_ended", board=self.url, cursor=self.cursor)
 
     def _deliver(self, items: list[Any]) -> None:
+        """Hand one read's items to the sink, then let it send them (one write per follower)."""
+        try:
+            self._deliver_items(items)
+        finally:
+            self._sink.board_flush()
+
+    def _deliver_items(self, items: list[Any]) -> None:
         for item in items:
             if not isinstance(item, SSEMessage):
                 continue  # ": ping" comments only prove the board is alive
