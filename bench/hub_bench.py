@@ -3,15 +3,16 @@ against a direct SSE stream in the same run; ring replay of 4096 frames to a new
 hub's CPU and RSS. ``taskd serve`` and ``taskhub serve`` run as subprocesses; the writer, the 50
 followers and the direct stream run in this process (uvloop).
 
-Both sides are read the same way (``bench.support.StampedChunks``): a chunk is stamped when its
-socket's ``data_received`` runs, before any consumer parses anything. Stamping after each
-consumer's own parsing (as this bench did) charged the k-th hub follower with the parsing of the
-k − 1 followers the same poll woke before it, up to 49 of them, a cost a follower in its own
-process never pays and the one direct stream never paid; that was about half of the hub's
-"added latency". What is left is the hub's: one more process to wake, its read of the board's
-stream, and its 50 writes in turn (the median follower waits for about 25 of them). Commit
-latency is the wall-clock stamp minus the board's ``created_at``, which has millisecond
-resolution: both sides carry the same truncation (0–1 ms, 0.5 ms on average).
+Both sides are read the same way (``bench.support.StampedChunks``): every chunk carries the
+kernel's receive timestamp (``SO_TIMESTAMPNS``), when it reached the consumer's socket, whatever
+this one process was busy with. Stamping after each consumer's own parsing (as this bench did)
+charged the k-th hub follower with the parsing of the followers the same poll woke before it, up
+to 49 of them, a cost a follower in its own process never pays and the one direct stream never
+paid; and anything else the bench's loop was doing (the writer's requests) delayed whichever
+side it happened to. What is left is the hub's: one more process to wake, its read of the
+board's stream, and its 50 writes in turn (the median follower waits for about 25 of them).
+Commit latency is the stamp minus the board's ``created_at``, which has millisecond resolution:
+both sides carry the same truncation (0–1 ms, 0.5 ms on average).
 
 Goals (issue 4): hub follower p50 ≤ 7 ms, p99 ≤ 30 ms; replay of 4096 frames ≤ 50 ms.
 Goal (issue 15): hub follower p50 ≤ 1.1× direct SSE in the same run.
@@ -172,7 +173,8 @@ async def run(folder: Path) -> list[tuple[str, str, str]]:
                  f"p50 {percentile(hub_commit, .5) / percentile(direct_commit, .5):.2f}×, "
                  f"p99 {percentile(hub_commit, .99) / percentile(direct_commit, .99):.2f}× "
                  f"(load {os.getloadavg()[0]:.1f})", "p50 ≤ 1.1×"),
-                (f"hub CPU with {FOLLOWERS} followers at {RATE} writes/s", f"{hub_cpu * 100:.1f} % of one core "
+                (f"hub CPU with {FOLLOWERS} followers at {RATE} writes/s", f"{hub_cpu * 100:.1f} % of one core, "
+                 f"{hub_cpu / RATE * 1e6:.0f} µs per event "
                  f"(board {board_cpu * 100:.0f} %, bench client {own_cpu * 100:.0f} %, {os.cpu_count()} cores)", ""),
                 (f"hub RSS with {FOLLOWERS} followers", f"idle {idle_memory['VmRSS'] / 1024:.1f} MiB, after the run "
                  f"{busy_memory['VmRSS'] / 1024:.1f} MiB (peak {busy_memory['VmHWM'] / 1024:.1f} MiB)", ""),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -155,34 +157,64 @@ def start_hub(folder: Path, env: Mapping[str, str], url: str, token: str, *args:
     return Service(process), pointer
 
 
-class StampedChunks(asyncio.Protocol):
-    """A consumer's socket: every chunk is stamped with ``perf_counter`` in ``data_received``.
+#: Linux's ``SO_TIMESTAMPNS`` (socket(7)), which Python's socket module does not name; the
+#: ancillary message it adds to every read has the same number.
+_SO_TIMESTAMPNS = 35
 
-    The benches read many streams in one process, and each consumer's parsing takes loop time. On
-    uvloop every socket that one poll found readable gets its ``data_received`` before any task
-    runs, so a stamp taken here is when the bytes reached this process, whatever the other
-    consumers cost to parse; a stamp taken in the consumer's task after ``await reader.read()``
-    would charge the 50th follower with the 49 before it (which a follower in its own process
-    never pays), and the one direct stream with nothing.
+
+class StampedChunks:
+    """A consumer's socket, read with the kernel's receive timestamp of every chunk (Linux
+    ``SO_TIMESTAMPNS``; elsewhere the clock when the loop reads it).
+
+    The benches read many streams in one process, and every consumer's parsing takes that
+    process's loop time. The kernel stamps a segment when it reaches the socket, so a stamp is
+    when the bytes reached this consumer, whatever the other consumers (or the writer) cost
+    this loop: as if each consumer had a process of its own. Stamps are on ``perf_counter``'s
+    scale (converted at each read, so a wall clock being slewed does not drift them).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
         self.chunks: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        self._kernel_stamps = sys.platform == "linux"
+        if self._kernel_stamps:
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.fileno(), self._readable)
 
-    def data_received(self, data: bytes) -> None:
-        self.chunks.put_nowait((time.perf_counter(), data))
+    def _readable(self) -> None:
+        while True:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(1 << 16, 64)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data, ancillary = b"", []
+            stamp = time.perf_counter()
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(value) >= 16:
+                    seconds, nanoseconds = struct.unpack("qq", value[:16])
+                    stamp = seconds + nanoseconds / 1e9 - (time.time() - time.perf_counter())
+            self.chunks.put_nowait((stamp, data))
+            if not data:
+                self._loop.remove_reader(self.sock.fileno())
+                return
 
-    def eof_received(self) -> bool:
-        self.chunks.put_nowait((time.perf_counter(), b""))
-        return False
+    def write(self, data: bytes) -> None:
+        self.sock.sendall(data)  # a request of a few hundred bytes: the send buffer takes it
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.chunks.put_nowait((time.perf_counter(), b""))
+    def close(self) -> None:
+        if self.sock.fileno() >= 0:
+            self._loop.remove_reader(self.sock.fileno())
+        self.sock.close()
 
 
-async def stamped_connection(host: str, port: int) -> tuple[asyncio.Transport, StampedChunks]:
-    transport, protocol = await asyncio.get_running_loop().create_connection(StampedChunks, host, port)
-    return transport, protocol
+async def stamped_connection(host: str, port: int) -> StampedChunks:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    return StampedChunks(sock)
 
 
 def dechunk(buffer: bytearray) -> tuple[bytes, bool]:
@@ -213,12 +245,12 @@ async def follow_board(url: str, token: str, opened: asyncio.Event,
     stream is read exactly as ``follow_hub`` reads the hub."""
     parts = urlsplit(url)
     try:
-        transport, protocol = await stamped_connection(parts.hostname or "127.0.0.1", parts.port or 80)
-        transport.write(f"GET {parts.path}/api/v1/events HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        stream = await stamped_connection(parts.hostname or "127.0.0.1", parts.port or 80)
+        stream.write(f"GET {parts.path}/api/v1/events HTTP/1.1\r\nHost: {parts.netloc}\r\n"
                         f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n".encode())
         head = bytearray()
         while b"\r\n\r\n" not in head:
-            _, chunk = await protocol.chunks.get()
+            _, chunk = await stream.chunks.get()
             if not chunk:
                 raise ConnectionError(f"the board closed the stream before answering: {bytes(head)!r}")
             head += chunk
@@ -243,12 +275,12 @@ async def follow_board(url: str, token: str, opened: asyncio.Event,
                     on_message(item.event, item.data, arrived)
             if ended:
                 return
-            arrived, chunk = await protocol.chunks.get()
+            arrived, chunk = await stream.chunks.get()
             if not chunk:
                 return
             pending += chunk
     finally:
-        transport.close()
+        stream.close()
 
 
 async def hub_session(port: int, token: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -264,13 +296,13 @@ async def follow_hub(port: int, token: str, opened: asyncio.Event,
     """Follow the hub from now on, setting ``opened`` at its ``open``; every other message goes to
     ``on_message`` with the ``perf_counter`` at which its chunk reached this process
     (``StampedChunks``)."""
-    transport, protocol = await stamped_connection("127.0.0.1", port)
-    transport.write(orjson.dumps(hp.hello(token)) + b"\n" + orjson.dumps(hp.follow(idle_ms=0)) + b"\n")
+    stream = await stamped_connection("127.0.0.1", port)
+    stream.write(orjson.dumps(hp.hello(token)) + b"\n" + orjson.dumps(hp.follow(idle_ms=0)) + b"\n")
     tail = b""
     try:
         # Whole chunks split by hand: the bench client must cost less than what it measures.
         while True:
-            arrived, chunk = await protocol.chunks.get()
+            arrived, chunk = await stream.chunks.get()
             if not chunk:
                 return
             *lines, tail = (tail + chunk).split(b"\n")
@@ -284,7 +316,7 @@ async def follow_hub(port: int, token: str, opened: asyncio.Event,
                 else:
                     on_message(message, arrived)
     finally:
-        transport.close()
+        stream.close()
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:
