@@ -12,7 +12,8 @@ paid; and anything else the bench's loop was doing (the writer's requests) delay
 side it happened to. What is left is the hub's: one more process to wake, its read of the
 board's stream, and its 50 writes in turn (the median follower waits for about 25 of them).
 Commit latency is the stamp minus the board's ``created_at``, which has millisecond resolution:
-both sides carry the same truncation (0–1 ms, 0.5 ms on average).
+both sides carry the same truncation (0–1 ms, 0.5 ms on average), which pulls the ratio towards
+1. The "added latency" row, the difference of the two stamps of the same event, has no such bias.
 
 Goals (issue 4): hub follower p50 ≤ 7 ms, p99 ≤ 30 ms; replay of 4096 frames ≤ 50 ms.
 Goal (issue 15): hub follower p50 ≤ 1.1× direct SSE in the same run.
