@@ -623,8 +623,12 @@ class Connection:
             return
         outbox = self.outbox
         if len(outbox) + len(lines) > self._max_pending:
-            self.lagging = True  # the ring holds these lines, after the cursor this follower keeps
+            # The ring holds these lines, after the cursor this follower keeps. A read from the
+            # board may carry more lines than the outbox takes while the writer is parked: wake
+            # it, or nothing would start the catch-up.
+            self.lagging = True
             log.info("follower_lagging", cursor=self.cursor, pending=len(outbox))
+            self.wake.set()
             return
         self.cursor = revision
         transport = self.transport

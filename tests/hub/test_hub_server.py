@@ -303,6 +303,31 @@ async def test_the_events_of_one_board_read_reach_each_follower_in_one_fan_out(
         await raw.close()
 
 
+async def test_one_board_read_larger_than_the_outbox_is_caught_up_from_the_ring(
+    board: RunningBoard, client: BoardClient
+) -> None:
+    """A read from the board may hold more events than a follower's outbox takes, while its writer
+    is parked with nothing to do: it goes to the ring for them, and nothing is lost."""
+    hub = await start_hub(board.url, board.token, max_pending=4)
+    try:
+        task = await make_task(client)
+        await hub_caught_up(hub, board)
+        raw = await RawClient.greeted(hub)
+        await raw.send(hp.follow(idle_ms=0))
+        await raw.recv_type("open")
+        (connection,) = hub.followers
+        await async_wait_until(lambda: _true(connection._writer_parked), what="the writer to park")  # noqa: SLF001
+        first = (hub.revision or 0) + 1
+        revisions = list(range(first, first + 6))
+        for revision in revisions:  # one read from the board, as the link hands it on
+            hub.board_event(revision, {"id": revision, "revision": revision, "task_id": task["id"], "event": "x"})
+        hub.board_flush()
+        assert [m["revision"] for m in await raw.events(6)] == revisions
+        await raw.close()
+    finally:
+        await hub.stop()
+
+
 # -- slow followers never hold up the others ------------------------------------------------------
 
 
