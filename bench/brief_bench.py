@@ -58,7 +58,8 @@ async def hub_request(port: int, token: str, message: dict[str, Any]) -> dict[st
     try:
         writer.write(orjson.dumps(hp.hello(token)) + b"\n" + orjson.dumps(message) + b"\n")
         assert orjson.loads(await reader.readline())["type"] == "welcome"
-        return orjson.loads(await reader.readline())
+        answer: dict[str, Any] = orjson.loads(await reader.readline())
+        return answer
     finally:
         writer.close()
 

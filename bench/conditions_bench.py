@@ -29,11 +29,12 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from services.board.app import BoardSettings, create_app
+from services.board.app import create_app
 from services.board.commands import projects, relations, tasks
 from services.board.conditions.signals import Signal
 from services.board.conditions.timer import ConditionsEngine
 from services.board.queries.tasks import list_tasks
+from services.board.settings import BoardSettings
 from services.board.sqlite_store import SqliteStore
 from services.board.store import Actor, Tx, utc_now
 from shared.timestamps import format_timestamp, parse_timestamp

@@ -82,14 +82,14 @@ async def throughput(label: str, boards: list[Board]) -> Throughput:
     return Throughput(label, len(result.latencies), wall, result.latencies)
 
 
-async def follow(session: aiohttp.ClientSession, board: Board, arrivals: dict[str, float], opened: asyncio.Event) -> None:
+async def follow(board: Board, arrivals: dict[str, float], opened: asyncio.Event) -> None:
     def on_message(event: str | None, data: str, chunk_at: float) -> None:
         if event is None:
             frame = orjson.loads(data)
             if frame["event"] == "task_created":
                 arrivals[frame["task_id"]] = chunk_at
 
-    await follow_board(session, board.url, board.token, opened, on_message)
+    await follow_board(board.url, board.token, opened, on_message)
 
 
 async def write_to_frame(writer: Board, reader: Board) -> list[float]:
@@ -100,7 +100,7 @@ async def write_to_frame(writer: Board, reader: Board) -> list[float]:
             assert response.status == 201, await response.text()
         arrivals: list[dict[str, float]] = [{} for _ in range(STREAMS)]
         opened = [asyncio.Event() for _ in range(STREAMS)]
-        readers = [asyncio.ensure_future(follow(session, reader, arrivals[n], opened[n])) for n in range(STREAMS)]
+        readers = [asyncio.ensure_future(follow(reader, arrivals[n], opened[n])) for n in range(STREAMS)]
         await asyncio.gather(*(event.wait() for event in opened))
         latencies: list[float] = []
         for n in range(WRITES):

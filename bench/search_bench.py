@@ -130,8 +130,14 @@ def main() -> None:
         print("| query | FTS5: matches | p50 | p99 | q/s | LIKE scan: p50 | p99 | q/s |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for label, q in SHAPES:
-            fts, answer = timed(lambda q=q: task_queries.list_tasks(conn, project="bench", q=q, limit=1000), ROUNDS)
-            scan, scanned = timed(lambda q=q: portable_list(conn, q), max(20, ROUNDS // 10))
+            def fts_query(q: str = q) -> Any:
+                return task_queries.list_tasks(conn, project="bench", q=q, limit=1000)
+
+            def scan_query(q: str = q) -> Any:
+                return portable_list(conn, q)
+
+            fts, answer = timed(fts_query, ROUNDS)
+            scan, scanned = timed(scan_query, max(20, ROUNDS // 10))
             assert len(scanned["items"]) == len(answer["items"]), f"{label}: the two paths disagree"
             like = row("", scan, 0).split("|")[3:6]
             print(row(f"{label} (`{q}`)", fts, len(answer["items"])) + "|".join(like) + "|")
@@ -140,8 +146,8 @@ def main() -> None:
         board = start_board(folder, env=isolated_env(folder))
         try:
             client = httpx.Client(base_url=board.url, headers={"Authorization": f"Bearer {board.token}"}, timeout=30)
-            path = "GET /api/v1/tasks?project=bench&archived=true&limit=1000&q=…"
-            print(f"\nThrough `taskd` on loopback, `{path}`, {HTTP_ROUNDS} runs each (ms):\n")
+            request = "GET /api/v1/tasks?project=bench&archived=true&limit=1000&q=…"
+            print(f"\nThrough `taskd` on loopback, `{request}`, {HTTP_ROUNDS} runs each (ms):\n")
             print("| query | matches | p50 | p99 | q/s |")
             print("|---|---:|---:|---:|---:|")
             for label, q in SHAPES:

@@ -42,12 +42,12 @@ async def follower(port: int, token: str, arrivals: Arrivals, opened: asyncio.Ev
     await follow_hub(port, token, opened, on_message)
 
 
-async def direct(session: aiohttp.ClientSession, url: str, token: str, arrivals: Arrivals, opened: asyncio.Event) -> None:
+async def direct(url: str, token: str, arrivals: Arrivals, opened: asyncio.Event) -> None:
     def on_message(event: str | None, data: str, chunk_at: float) -> None:
         if event == "signal":
             arrivals.setdefault(orjson.loads(data)["task_id"], []).append(chunk_at)
 
-    await follow_board(session, url, token, opened, on_message)
+    await follow_board(url, token, opened, on_message)
 
 
 async def run(folder: Path) -> list[tuple[str, str]]:
@@ -74,7 +74,7 @@ async def run(folder: Path) -> list[tuple[str, str]]:
             opened = [asyncio.Event() for _ in range(FOLLOWERS + 1)]
             consumers = [asyncio.create_task(follower(pointer["port"], pointer["token"], hub_arrivals[i], opened[i]))
                          for i in range(FOLLOWERS)]
-            consumers.append(asyncio.create_task(direct(session, url, token, direct_arrivals, opened[-1])))
+            consumers.append(asyncio.create_task(direct(url, token, direct_arrivals, opened[-1])))
             await asyncio.gather(*(event.wait() for event in opened))
 
             sent: dict[str, list[float]] = defaultdict(list)

@@ -30,7 +30,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -97,7 +97,7 @@ class CountingStream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's, whichever loop made it
         self.transport.write(self.request)
 
     def data_received(self, data: bytes) -> None:
@@ -175,7 +175,7 @@ async def reader_role(config: dict[str, Any]) -> None:
         counters: list[CountingStream] = []
         for _ in range(count - measured):
             counter = CountingStream(request)
-            await loop.create_connection(lambda c=counter: c, parts.hostname, parts.port)
+            await loop.create_connection(lambda c=counter: c, parts.hostname, parts.port)  # type: ignore[misc]
             counters.append(counter)
         await asyncio.gather(*(event.wait() for event in opened), *(counter.opened.wait() for counter in counters))
         assert all(counter.status == 200 for counter in counters), {counter.status for counter in counters}
@@ -375,7 +375,7 @@ class Board:
         import urllib.parse
 
         parts = urllib.parse.urlsplit(self.url)
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
         headers = {"Authorization": f"Bearer {self.token}", "X-Taskloom-Actor": "bench", "Content-Type": "application/json"}
         conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
         reply = conn.getresponse()
@@ -408,7 +408,8 @@ class Role:
         line = self.process.stdout.readline()
         if not line:
             raise SystemExit(f"a bench process ended early (exit {self.process.wait()})")
-        return json.loads(line)
+        record: dict[str, Any] = json.loads(line)
+        return record
 
     def send(self, record: dict[str, Any]) -> None:
         assert self.process.stdin is not None

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -13,8 +15,8 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 
 from shared import hub_protocol as hp
@@ -90,10 +92,17 @@ class Board(Service):
     data_dir: Path
 
 
+#: The tree these benches belong to. The venv's console scripts import ``services`` from wherever
+#: the package was installed (an editable install of another checkout, say); putting this tree
+#: first on the services' path makes a bench measure the code it was run from.
+TREE = Path(__file__).resolve().parent.parent
+
+
 def _spawn(command: list[str], env: Mapping[str, str], log: Path, *, keep_stdout: bool) -> subprocess.Popen[bytes]:
+    path = os.pathsep.join(p for p in (str(TREE), env.get("PYTHONPATH", "")) if p)
     # Appended to, so a service restarted in the same folder keeps its earlier lines.
     with open(log, "ab") as out:
-        return subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL,
+        return subprocess.Popen(command, env={**env, "PYTHONPATH": path}, stdin=subprocess.DEVNULL,
                                 stdout=out if keep_stdout else subprocess.DEVNULL, stderr=out)
 
 
@@ -148,25 +157,130 @@ def start_hub(folder: Path, env: Mapping[str, str], url: str, token: str, *args:
     return Service(process), pointer
 
 
-async def follow_board(session: aiohttp.ClientSession, url: str, token: str, opened: asyncio.Event,
+#: Linux's ``SO_TIMESTAMPNS`` (socket(7)), which Python's socket module does not name; the
+#: ancillary message it adds to every read has the same number.
+_SO_TIMESTAMPNS = 35
+
+
+class StampedChunks:
+    """A consumer's socket, read with the kernel's receive timestamp of every chunk (Linux
+    ``SO_TIMESTAMPNS``; elsewhere the clock when the loop reads it).
+
+    The benches read many streams in one process, and every consumer's parsing takes that
+    process's loop time. The kernel stamps a segment when it reaches the socket, so a stamp is
+    when the bytes reached this consumer, whatever the other consumers (or the writer) cost
+    this loop: as if each consumer had a process of its own. Stamps are on ``perf_counter``'s
+    scale (converted at each read, so a wall clock being slewed does not drift them).
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.chunks: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        self._kernel_stamps = sys.platform == "linux"
+        if self._kernel_stamps:
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(1 << 16, 64)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data, ancillary = b"", []
+            stamp = time.perf_counter()
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(value) >= 16:
+                    seconds, nanoseconds = struct.unpack("qq", value[:16])
+                    stamp = seconds + nanoseconds / 1e9 - (time.time() - time.perf_counter())
+            self.chunks.put_nowait((stamp, data))
+            if not data:
+                self._loop.remove_reader(self.sock.fileno())
+                return
+
+    def write(self, data: bytes) -> None:
+        self.sock.sendall(data)  # a request of a few hundred bytes: the send buffer takes it
+
+    def close(self) -> None:
+        if self.sock.fileno() >= 0:
+            self._loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+
+
+async def stamped_connection(host: str, port: int) -> StampedChunks:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    return StampedChunks(sock)
+
+
+def dechunk(buffer: bytearray) -> tuple[bytes, bool]:
+    """The payload of every complete HTTP/1.1 chunk at the head of ``buffer`` (consumed), and
+    whether the last chunk (size 0) was among them."""
+    out = bytearray()
+    while True:
+        eol = buffer.find(b"\r\n")
+        if eol < 0:
+            return bytes(out), False
+        size = int(bytes(buffer[:eol]).split(b";")[0], 16)
+        if len(buffer) < eol + 2 + size + 2:
+            return bytes(out), False
+        out += buffer[eol + 2 : eol + 2 + size]
+        del buffer[: eol + 2 + size + 2]
+        if size == 0:
+            return bytes(out), True
+
+
+async def follow_board(url: str, token: str, opened: asyncio.Event,
                        on_message: Callable[[str | None, str, float], None]) -> None:
     """Follow the board's ``/api/v1/events`` from now on, setting ``opened`` once it answers (or
     fails to: whoever waits for it must not wait forever; the failure is this task's exception);
     every message with data goes to ``on_message`` as its event name (None for an activity frame),
-    its data and the ``perf_counter`` at which its chunk arrived."""
+    its data and the ``perf_counter`` at which its chunk reached this process (``StampedChunks``).
+
+    A plain HTTP/1.1 request on a stamped socket rather than aiohttp's client, so the direct
+    stream is read exactly as ``follow_hub`` reads the hub."""
+    parts = urlsplit(url)
     try:
-        response = await session.get(f"{url}/api/v1/events", headers={"Authorization": f"Bearer {token}"},
-                                     timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
+        stream = await stamped_connection(parts.hostname or "127.0.0.1", parts.port or 80)
+        stream.write(f"GET {parts.path}/api/v1/events HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+                        f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n".encode())
+        head = bytearray()
+        while b"\r\n\r\n" not in head:
+            _, chunk = await stream.chunks.get()
+            if not chunk:
+                raise ConnectionError(f"the board closed the stream before answering: {bytes(head)!r}")
+            head += chunk
     finally:
         opened.set()
-    async with response:
-        assert response.status == 200, await response.text()
+    try:
+        header, _, body = bytes(head).partition(b"\r\n\r\n")
+        status = header.split(b"\r\n", 1)[0]
+        assert status.split()[1] == b"200", header
+        chunked = b"transfer-encoding: chunked" in header.lower()
+        pending = bytearray(body)
         parser = SSEParser()
-        async for chunk in response.content.iter_any():
-            now = time.perf_counter()
-            for item in parser.feed(chunk):
+        arrived = time.perf_counter()
+        while True:
+            if chunked:
+                data, ended = dechunk(pending)
+            else:
+                data, ended = bytes(pending), False
+                pending.clear()
+            for item in parser.feed(data):
                 if isinstance(item, SSEMessage) and item.data:
-                    on_message(item.event, item.data, now)
+                    on_message(item.event, item.data, arrived)
+            if ended:
+                return
+            arrived, chunk = await stream.chunks.get()
+            if not chunk:
+                return
+            pending += chunk
+    finally:
+        stream.close()
 
 
 async def hub_session(port: int, token: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -180,23 +294,29 @@ async def hub_session(port: int, token: str) -> tuple[asyncio.StreamReader, asyn
 async def follow_hub(port: int, token: str, opened: asyncio.Event,
                      on_message: Callable[[dict[str, Any], float], None]) -> None:
     """Follow the hub from now on, setting ``opened`` at its ``open``; every other message goes to
-    ``on_message`` with the ``perf_counter`` at which its chunk arrived."""
-    reader, writer = await hub_session(port, token)
-    writer.write(orjson.dumps(hp.follow(idle_ms=0)) + b"\n")
+    ``on_message`` with the ``perf_counter`` at which its chunk reached this process
+    (``StampedChunks``)."""
+    stream = await stamped_connection("127.0.0.1", port)
+    stream.write(orjson.dumps(hp.hello(token)) + b"\n" + orjson.dumps(hp.follow(idle_ms=0)) + b"\n")
     tail = b""
     try:
         # Whole chunks split by hand: the bench client must cost less than what it measures.
-        while chunk := await reader.read(1 << 16):
+        while True:
+            arrived, chunk = await stream.chunks.get()
+            if not chunk:
+                return
             *lines, tail = (tail + chunk).split(b"\n")
-            now = time.perf_counter()
             for line in lines:
                 message = orjson.loads(line)
+                if message["type"] == "welcome":
+                    continue
+                assert message["type"] != "error", message  # the hello was refused
                 if message["type"] == "open":
                     opened.set()
                 else:
-                    on_message(message, now)
+                    on_message(message, arrived)
     finally:
-        writer.close()
+        stream.close()
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:

@@ -18,7 +18,17 @@ from typing import Any, TypeVar
 
 from shared.errors import TaskloomError
 
-from .store import Actor, SchemaDamaged, SchemaTooNew, Tx, WriterStore, refuse_unencodable, trigger_refusal, utc_now
+from .store import (
+    Actor,
+    SchemaDamaged,
+    SchemaTooNew,
+    Tx,
+    WriterStore,
+    locked_head,
+    refuse_unencodable,
+    trigger_refusal,
+    utc_now,
+)
 
 T = TypeVar("T")
 
@@ -283,9 +293,13 @@ class SqliteStore(WriterStore):
     def _writer_conn(self) -> sqlite3.Connection:
         return self._conn()
 
-    def _begin(self, conn: sqlite3.Connection, *then: str) -> None:
+    def _begin(self, conn: sqlite3.Connection, *then: str) -> int:
         conn.execute("BEGIN IMMEDIATE")
+        # The head under the write lock: what tells this writer whether a script or a restored
+        # file moved it since its last commit (``Tx.others_committed``). One read per batch.
+        head = locked_head(conn)
         self._steps(conn, *then)
+        return head
 
     def _in_transaction(self, conn: sqlite3.Connection) -> bool:
         return conn.in_transaction
@@ -306,15 +320,17 @@ class SqliteStore(WriterStore):
         """
         conn = self._conn()
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            locked_at = self._begin(conn)
             # Stamped once the write lock is held, so commit times follow revision order even when
             # another process made this command wait.
-            tx = Tx(conn, actor, self.clock())
+            tx = Tx(conn, actor, self.clock(), others_committed=self._others_committed(locked_at))
             result = fn(tx, *args, **kwargs)
             self._run_hook(tx)
             refuse_unencodable(result)
             conn.execute("COMMIT")
+            self._committed_at(locked_at, tx.appended[-1] if tx.appended else 0)
         except BaseException as exc:
+            self._left_head = None
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             error = translate_error(exc)

@@ -20,7 +20,7 @@ import contextlib
 import functools
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -147,6 +147,11 @@ class Tx:
     #: batch hand-off is attached (see ``BatchHandoff``).
     encode: Callable[..., Any] | None = None
     encoded: list[Any] = field(default_factory=list)
+    #: Another process may have committed since this store last did (another board process on the
+    #: same PostgreSQL database, a script writing the SQLite file): what a cache kept between
+    #: commands holds of committed state (the conditions' project settings) must be read again.
+    #: Found from the head under the write lock, against the head this store's last commit left.
+    others_committed: bool = False
 
     def execute(self, sql: str, params: Params = ()) -> Cursor:
         return self.conn.execute(sql, params)
@@ -218,8 +223,17 @@ CommitListener = Callable[[int], None]
 #: Runs inside each command's transaction once the command has returned, so conditions are judged
 #: on the state it leaves behind, and roll back with it (docs/conditions.md).
 CommandHook = Callable[[Tx], None]
-#: Told on the event loop, after COMMIT, what the committed commands left in ``Tx.effects``.
-EffectsListener = Callable[[list[Any]], None]
+#: Told on the event loop, after COMMIT, what the committed commands left in ``Tx.effects``, with
+#: the head the batch committed at (its last revision, or the head it found if it appended none).
+EffectsListener = Callable[[list[Any], int], None]
+#: Encodes a batch's committed effects, and its head, for the other board processes on the same
+#: database: each string returned rides one notification sent with the COMMIT (PostgreSQL).
+PeerEffects = Callable[[list[Any], int], list[str]]
+#: Told on the event loop what another board process's ``PeerEffects`` encoded.
+PeerListener = Callable[[str], None]
+#: The most one such string may hold: PostgreSQL refuses a notification of 8,000 bytes or more
+#: (the sender's name goes in front of it).
+PEER_NOTE_BYTES: Final = 7900
 
 
 class BatchHandoff(Protocol):
@@ -283,7 +297,8 @@ class _Job:
 _STOP: Final = object()
 
 
-def _head(conn: Connection) -> int:
+def locked_head(conn: Connection) -> int:
+    """The log's head, read inside the writing transaction."""
     revision: int = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
     return revision
 
@@ -337,6 +352,9 @@ class WriterStore:
     engine: str = "sqlite"
     #: Whether attachment bytes are rows of the database (shared by every board process) or files.
     blobs_in_database: bool = False
+    #: Whether other board processes may serve the same database (PostgreSQL): what a commit's
+    #: effects mean for them (signals, deadlines) is then sent to them with the COMMIT.
+    serves_peers: bool = False
     #: The engine's driver errors: a BEGIN or COMMIT failing with one of these loses its batch.
     driver_error: type[BaseException] = Exception
 
@@ -349,14 +367,22 @@ class WriterStore:
         self._readers = ThreadPoolExecutor(max_workers=READER_THREADS, thread_name_prefix="taskloom-reader")
         self._listeners: list[CommitListener] = []
         self._effects_listeners: list[EffectsListener] = []
+        #: Set by the board's conditions engine where ``serves_peers``; see ``PeerEffects``.
+        self.peer_effects: PeerEffects | None = None
+        self._peer_listeners: list[PeerListener] = []
         #: Set by the board's conditions engine; None runs commands without conditions.
         self.command_hook: CommandHook | None = None
         #: Transactions the writer thread committed or tried, and the commands they carried (bench, tests).
         self.batches = 0
         self.batched_commands = 0
         self._handoff: BatchHandoff | None = None
-        #: The hand-off of the batch the writer thread has just run (writer thread only).
+        #: The hand-off of the batch the writer thread has just run, and the head it committed at
+        #: (writer thread only).
         self._handed: Handed | None = None
+        self._batch_head = 0
+        #: The head this process's writer left at its last commit (writer thread only); None until
+        #: the first, and after a batch whose outcome is not known. ``run_command`` keeps it too.
+        self._left_head: int | None = None
 
     # -- what an engine provides ----------------------------------------------------------------
 
@@ -373,7 +399,7 @@ class WriterStore:
     def _begin(self, conn: Any, *then: str) -> int | None:
         """Start a writing transaction that holds the engine's write lock from its first statement,
         then run the statements ``then`` (which return nothing). Returns the head revision the lock
-        was taken at when the engine reads it in doing so (PostgreSQL), else None."""
+        was taken at (both engines read it; None would leave the batch to find it itself)."""
         raise NotImplementedError
 
     def _steps(self, conn: Any, *statements: str) -> None:
@@ -381,8 +407,9 @@ class WriterStore:
         for statement in statements:
             conn.execute(statement)
 
-    def _commit(self, conn: Any, revision: int) -> None:
-        """COMMIT a batch whose last appended revision is ``revision`` (0: none); PostgreSQL adds its NOTIFY."""
+    def _commit(self, conn: Any, revision: int, notes: Sequence[str] = ()) -> None:
+        """COMMIT a batch whose last appended revision is ``revision`` (0: none); PostgreSQL adds its
+        NOTIFY, and sends ``notes`` (``PeerEffects``) to the other board processes with it."""
         conn.execute("COMMIT")
 
     def _in_transaction(self, conn: Any) -> bool:
@@ -436,6 +463,18 @@ class WriterStore:
     def remove_effects_listener(self, listener: EffectsListener) -> None:
         if listener in self._effects_listeners:
             self._effects_listeners.remove(listener)
+
+    def add_peer_listener(self, listener: PeerListener) -> None:
+        """Called on the event loop with what another board process on the same database sent with
+        its COMMIT (``PeerEffects``); never where the database has one board (SQLite)."""
+        self._peer_listeners.append(listener)
+
+    def _tell_peer_listeners(self, note: str) -> None:
+        for listener in tuple(self._peer_listeners):
+            try:
+                listener(note)
+            except Exception:
+                log.exception("peer_listener_failed")
 
     def attach_handoff(self, handoff: BatchHandoff | None) -> None:
         """Let the writer hand each committed batch's encoded frames to ``handoff`` (None: stop)."""
@@ -501,7 +540,7 @@ class WriterStore:
                     stopping = True
                     break
                 batch.append(item)
-            self._handed = None
+            self._handed, self._batch_head = None, 0
             try:
                 revision = self._run_batch(batch)
             except BaseException as exc:  # the writer must outlive anything a batch does
@@ -511,7 +550,7 @@ class WriterStore:
                 for job in batch:
                     job.lose(batch_lost(exc))
                 revision = 0
-            self._settle(batch, revision, self._handed if revision else None)
+            self._settle(batch, revision, self._handed if revision else None, self._batch_head)
 
     def _run_batch(self, batch: list[_Job]) -> int:
         """One transaction for the whole batch; returns the last revision it appended (0: none).
@@ -538,13 +577,14 @@ class WriterStore:
         began = 0
         if encode is not None:
             try:
-                began = _head(conn) if locked_at is None else locked_at
+                began = locked_head(conn) if locked_at is None else locked_at
             except self.driver_error:
                 encode = None  # no hand-off for this batch; the log reader reads it
+        others = self._others_committed(locked_at)
         for position, job in enumerate(batch):
             # Each command's own clock reading, taken under the write lock: commit times follow
             # revision order inside a batch and across processes.
-            tx = Tx(conn, job.actor, self.clock(), encode=encode)
+            tx = Tx(conn, job.actor, self.clock(), encode=encode, others_committed=others)
             # The savepoint of the next command is set as this one's is released (or rolled back
             # to): one step between commands. The last one's is released by COMMIT.
             following = ("SAVEPOINT command",) if position + 1 < len(batch) else ()
@@ -573,17 +613,37 @@ class WriterStore:
             job.encoded = tx.encoded
         handed = self._encoded_batch(conn, began, batch) if encode is not None else None
         last = max((job.appended[-1] for job in batch if job.appended), default=0)
+        self._batch_head = last or locked_at or 0
         try:
-            self._commit(conn, last)
+            self._commit(conn, last, self._peer_notes(batch, self._batch_head))
         except self.driver_error as exc:
             # The whole batch is unwritten; which command made COMMIT fail cannot be told, so
             # every caller hears 503 and may retry.
             self._abandon(conn)
             for job in batch:
                 job.lose(batch_lost(exc))
+            self._left_head = None
             return 0
         self._handed = handed
+        self._committed_at(locked_at, last)
         return last
+
+    def _peer_notes(self, batch: list[_Job], head: int) -> list[str]:
+        """What the batch's committed effects mean for the other board processes, if any may be."""
+        if not self.serves_peers or self.peer_effects is None:
+            return []
+        effects = [effect for job in batch if job.error is None for effect in job.effects]
+        return self.peer_effects(effects, head) if effects else []
+
+    def _others_committed(self, locked_at: int | None) -> bool:
+        """Whether the head the write lock was taken at is not the one this writer left: another
+        process committed in between (or this writer does not know, having just started)."""
+        return locked_at is not None and locked_at != self._left_head
+
+    def _committed_at(self, locked_at: int | None, last: int) -> None:
+        """What this writer left: its last revision, or the head it found when it appended none."""
+        if locked_at is not None:
+            self._left_head = last or locked_at
 
     def _encoded_batch(self, conn: Any, began: int, batch: list[_Job]) -> Handed | None:
         """The batch's frames with the range they cover, if they are every row of that range.
@@ -612,7 +672,7 @@ class WriterStore:
             with contextlib.suppress(self.driver_error):
                 conn.execute("ROLLBACK")
 
-    def _settle(self, batch: list[_Job], revision: int, handed: Handed | None = None) -> None:
+    def _settle(self, batch: list[_Job], revision: int, handed: Handed | None = None, head: int = 0) -> None:
         """Hand the outcomes to the event loops that wait for them: one wake-up per loop and batch."""
         by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
         for job in batch:
@@ -620,9 +680,9 @@ class WriterStore:
         for number, (loop, jobs) in enumerate(by_loop.items()):
             with contextlib.suppress(RuntimeError):  # a closed loop has nobody left to tell
                 # The frames go out once, with the first loop's wake-up (the board has one loop).
-                loop.call_soon_threadsafe(self._deliver, jobs, revision, handed if number == 0 else None)
+                loop.call_soon_threadsafe(self._deliver, jobs, revision, handed if number == 0 else None, head)
 
-    def _deliver(self, jobs: list[_Job], revision: int, handed: Handed | None = None) -> None:
+    def _deliver(self, jobs: list[_Job], revision: int, handed: Handed | None = None, head: int = 0) -> None:
         """On the event loop, after COMMIT: the hand-off and listeners first, then the callers resume."""
         if handed is not None and self._handoff is not None:
             try:
@@ -635,7 +695,7 @@ class WriterStore:
         if effects:
             for effects_listener in tuple(self._effects_listeners):
                 try:
-                    effects_listener(effects)
+                    effects_listener(effects, head)
                 except Exception:
                     log.exception("effects_listener_failed", revision=revision)
         for job in jobs:

@@ -7,6 +7,10 @@ resumes from the last revision it saw. The board's ``shutdown`` frame is not for
 restart is invisible to local followers apart from the pause. Its ``signal`` frames (conditions,
 docs/conditions.md) are handed on as they come; they carry no ``id:`` and never move the cursor.
 
+The stream itself is read by ``board_stream.BoardStream`` (HTTP/1.1 on a plain protocol), which
+hands each read's SSE items to the link in the callback that received them; ``/meta`` goes
+through aiohttp.
+
 A ``401`` is the one answer no ladder can fix: the board no longer takes this hub's token (it
 was rotated). The link tells the hub once and ends; the hub says so to its sessions and exits,
 and its clients, who re-read the token, start a hub keyed by the new one (SPEC §7.1).
@@ -25,6 +29,7 @@ from shared import hub_protocol as hp
 from shared.limits import SSE_MAX_LINE
 from shared.sse import SSEMessage, SSEParser, SSEProtocolError
 
+from .board_stream import BoardStream, StreamFailed, open_stream
 from .process import Backoff
 from .settings import READ_TIMEOUT  # re-exported: the deadline is a settings default
 
@@ -53,7 +58,11 @@ class BoardSink(Protocol):
 
     def board_event(self, revision: int, activity: dict[str, Any], data: str | None = None) -> None:
         """One activity frame, revisions strictly increasing; ``data`` is the frame's JSON as the
-        board sent it (the hub forwards those bytes instead of encoding ``activity`` again)."""
+        board sent it (the hub forwards those bytes instead of encoding ``activity`` again). The
+        sink may hold it until ``board_flush``."""
+
+    def board_flush(self) -> None:
+        """The end of what one read from the board carried: send what ``board_event`` held."""
 
     def board_signal(self, signal: dict[str, Any]) -> None:
         """A condition signal (``event: signal``): id-less, so it never moves the cursor."""
@@ -103,8 +112,8 @@ class BoardLink:
     async def run(self) -> None:
         """Follow the board until cancelled or refused with 401; any other failure only slows the ladder."""
         ladder = Backoff(self._reconnect_min, self._reconnect_max)
-        # force_close: a fresh connection per request, so a stream never inherits the state of a
-        # pooled keep-alive connection. aiohttp's own sock_read is kept as a second guard.
+        # The session reads /meta only; the stream has its own connection (board_stream.py).
+        # force_close: a fresh connection per request, never a pooled keep-alive one.
         timeout = aiohttp.ClientTimeout(total=None, connect=10.0, sock_connect=10.0, sock_read=self._read_timeout)
         connector = aiohttp.TCPConnector(force_close=True, limit=4)
         async with aiohttp.ClientSession(timeout=timeout, headers=self._headers, connector=connector) as session:
@@ -148,21 +157,26 @@ class BoardLink:
             log.warning("board_changed", board=self.url, was=self.board_id, now=board_id, revision=head)
             self._reset(hp.RESET_BOARD_CHANGED, board_id, head)
         for attempt in range(2):
-            async with session.get(f"{self.url}/api/v1/events", params={"after": str(self.cursor)}) as response:
-                if response.status == 200:
+            stream = await open_stream(self.url, "/api/v1/events", {"after": str(self.cursor)}, self._headers,
+                                       read_timeout=self._read_timeout)
+            try:
+                answer = await stream.head
+                if answer.status == 200:
                     self.connects += 1
                     self.state = "streaming"
                     log.info("board_streaming", board=self.url, after=self.cursor, connects=self.connects)
                     self.first_attempt.set()
                     self._sink.board_streaming(self.connects)
-                    await self._read(response)
+                    await self._read(stream)
                     return
-                code = await _error_code(response)
-                if response.status == HTTP_UNAUTHORIZED:
-                    raise BoardUnauthorized(f"GET /api/v1/events answered 401 {code or ''}".strip())
-                reason = _RESET_FOR_ERROR.get(code or "")
-                if reason is None or attempt:
-                    raise BoardUnavailable(f"GET /api/v1/events answered {response.status} {code or ''}".strip())
+                code = _code_in(await stream.read_body())
+            finally:
+                stream.close()
+            if answer.status == HTTP_UNAUTHORIZED:
+                raise BoardUnauthorized(f"GET /api/v1/events answered 401 {code or ''}".strip())
+            reason = _RESET_FOR_ERROR.get(code or "")
+            if reason is None or attempt:
+                raise BoardUnavailable(f"GET /api/v1/events answered {answer.status} {code or ''}".strip())
             log.warning("board_refused_cursor", board=self.url, code=code, cursor=self.cursor, revision=head)
             # The refusal was about our cursor: retry at once, live from the head /meta named.
             self._reset(reason, board_id, head)
@@ -183,28 +197,33 @@ class BoardLink:
         self.board_id, self.cursor = board_id, head
         self._sink.board_reset(reason, board_id, head)
 
-    async def _read(self, response: aiohttp.ClientResponse) -> None:
+    async def _read(self, stream: BoardStream) -> None:
+        """Until the stream ends: each chunk is parsed and delivered in the callback that received it."""
         parser = SSEParser(max_line=SSE_MAX_LINE, last_event_id=str(self.cursor))
-        content = response.content
-        while True:
-            # Our own watchdog on top of aiohttp's sock_read: the board pings every 15 s, so a
-            # silent connection is a dead one, whatever state the client library is in.
+
+        def on_body(payload: bytes) -> None:
             try:
-                async with asyncio.timeout(self._read_timeout):
-                    chunk = await content.readany()
-            except TimeoutError:
-                raise BoardUnavailable(f"no byte from the board for {self._read_timeout:g} s") from None
-            if not chunk:
-                break
-            try:
-                items = parser.feed(chunk)
+                items = parser.feed(payload)
             except SSEProtocolError as exc:
                 self._deliver(exc.items)
                 raise BoardUnavailable(f"bad stream from the board: {exc}") from None
             self._deliver(items)
+
+        stream.deliver(on_body)
+        try:
+            await stream.ended
+        except StreamFailed as exc:
+            raise BoardUnavailable(f"bad response from the board: {exc}") from None
         log.info("board_stream_ended", board=self.url, cursor=self.cursor)
 
     def _deliver(self, items: list[Any]) -> None:
+        """Hand one read's items to the sink, then let it send them (one write per follower)."""
+        try:
+            self._deliver_items(items)
+        finally:
+            self._sink.board_flush()
+
+    def _deliver_items(self, items: list[Any]) -> None:
         for item in items:
             if not isinstance(item, SSEMessage):
                 continue  # ": ping" comments only prove the board is alive
@@ -257,8 +276,15 @@ def _revision(value: str | None) -> int | None:
 
 async def _error_code(response: aiohttp.ClientResponse) -> str | None:
     try:
-        body = orjson.loads(await response.read())
-        code: str | None = body["error"]["code"]
-        return code
-    except (orjson.JSONDecodeError, KeyError, TypeError, aiohttp.ClientError):
+        return _code_in(await response.read())
+    except aiohttp.ClientError:
         return None
+
+
+def _code_in(body: bytes) -> str | None:
+    """``error.code`` of a refusal's JSON body (SPEC §4.3), if it has one."""
+    try:
+        code = orjson.loads(body)["error"]["code"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    return code if isinstance(code, str) else None

@@ -2,8 +2,13 @@
 
 ``Hub`` owns the listening socket, the board link, the replay ring and the open connections.
 ``Connection`` is the thin I/O shell around a ``protocol.Session``: it reads bytes, feeds them
-to the session and carries out the actions; one writer task per connection is the only thing
-that writes to its socket.
+to the session and carries out the actions; its writer task writes what is queued, and the
+fan-out writes live events itself only while that task is parked with nothing queued.
+
+Latency: the board link parses the board's bytes in the callback that received them and calls
+``board_event`` for each frame, then ``board_flush``; the flush writes the events of that read
+to every follower as one buffer, straight to the transport while it is under
+``WRITE_HIGH_WATER``. No task or queue stands between the board's socket and the followers'.
 
 Slow followers: each follower's outbox is bounded (``max_pending`` lines). A follower whose
 outbox is full leaves the live fan-out; once it has written what it holds, it catches up from
@@ -101,6 +106,10 @@ class Hub:
         self.revision: int | None = None
         #: Event lines encoded since start: one per board event, however many followers.
         self.lines_encoded = 0
+        #: Fan-outs since start: one per read from the board that carried events, however many.
+        self.fanouts = 0
+        #: Event lines of the current read from the board, sent to the followers at ``board_flush``.
+        self._batch: list[bytes] = []
         self.registrations = Registrations(
             self.board_url,
             settings.board_token,
@@ -288,6 +297,7 @@ class Hub:
     # -- the board link's sink ----------------------------------------------------------------
 
     def board_contact(self, board_id: str, head: int) -> None:
+        self.board_flush()
         self.board_id, self.revision = board_id, head
         self.ring.restart(head)
         for connection in self.followers:
@@ -299,6 +309,7 @@ class Hub:
             connection.cursor = head
 
     def board_reset(self, reason: str, board_id: str, head: int) -> None:
+        self.board_flush()
         self.board_id, self.revision = board_id, head
         self.ring.restart(head)
         for connection in self.followers:
@@ -317,11 +328,27 @@ class Hub:
             line = encode_line(hp.event(revision=revision, activity={**activity, "changes": {"omitted": True}}))
         self.revision = revision
         self.ring.append(revision, line)
-        for connection in self.followers:
-            connection.push_event(revision, line)
+        self._batch.append(line)
         self.registrations.board_event(activity)
 
+    def board_flush(self) -> None:
+        """Send the events of one board read: one write per follower, however many events the
+        board's chunk held (a writer that commits a batch sends its frames together), so the
+        last of them does not wait for the fan-out of the ones before it."""
+        batch = self._batch
+        if not batch:
+            return
+        self._batch = []
+        self.fanouts += 1
+        revision = self.revision
+        assert revision is not None  # set by the events in the batch
+        joined = batch[0] if len(batch) == 1 else b"".join(batch)
+        now = asyncio.get_running_loop().time()  # one clock read per fan-out, not two per follower
+        for connection in self.followers:
+            connection.push_events(revision, batch, joined, now)
+
     def board_signal(self, signal: dict[str, Any]) -> None:
+        self.board_flush()  # the events before it in the stream go first
         # A blocker finishing or reopening changes the blocked card's brief with no row of its own.
         self.registrations.board_signal(signal)
         line = encode_line(hp.signal(signal=signal))
@@ -394,6 +421,9 @@ class Connection:
         self.reader = reader
         self.writer = writer
         self.session = Session(hub.token, max_line=hub.settings.max_line)
+        #: Looked up once: the fan-out reads both for every follower on every event.
+        self.transport = writer.transport
+        self._max_pending = hub.settings.max_pending
         self.outbox: deque[bytes] = deque()
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -583,27 +613,36 @@ class Connection:
         self.last_event_at = self._loop.time()
         self._arm_timer()
 
-    def push_event(self, revision: int, line: bytes) -> None:
-        """A live event from the fan-out; a full outbox makes this follower catch up from the ring."""
+    def push_events(self, revision: int, lines: list[bytes], joined: bytes, now: float) -> None:
+        """Live events from the fan-out, ``revision`` the last of them (``joined``: ``lines`` as one
+        buffer; ``now``: the loop's clock); a full outbox makes this follower catch up from the ring."""
         if self.closing:
             return
-        self.last_event_at = self._loop.time()  # a record is coming, now or through the ring
+        self.last_event_at = now  # a record is coming, now or through the ring
         if self.lagging:
             return
-        if len(self.outbox) >= self.hub.settings.max_pending:
+        outbox = self.outbox
+        if len(outbox) + len(lines) > self._max_pending:
+            # The ring holds these lines, after the cursor this follower keeps. A read from the
+            # board may carry more lines than the outbox takes while the writer is parked: wake
+            # it, or nothing would start the catch-up.
             self.lagging = True
-            log.info("follower_lagging", cursor=self.cursor, pending=len(self.outbox))
+            log.info("follower_lagging", cursor=self.cursor, pending=len(outbox))
+            self.wake.set()
             return
         self.cursor = revision
-        transport = self.writer.transport
-        if self._writer_parked and transport.get_write_buffer_size() < WRITE_HIGH_WATER and not transport.is_closing():
+        transport = self.transport
+        if (self._writer_parked and not outbox and transport.get_write_buffer_size() < WRITE_HIGH_WATER
+                and not transport.is_closing()):
             # Fast path: the writer task is parked with nothing queued and the socket keeps up,
-            # so this synchronous write is still the only one in flight (no task wake-up per
-            # follower per event). Anything else goes through the outbox and drain().
-            transport.write(line)
-            self.last_write_at = self._loop.time()
+            # so this synchronous write is the only one in flight and comes after every line
+            # already queued (no task wake-up per follower per event). Anything else goes
+            # through the outbox and drain().
+            transport.write(joined)
+            self.last_write_at = now
             return
-        self._queue(line)
+        outbox.extend(lines)
+        self.wake.set()
 
     def push_signal(self, line: bytes) -> None:
         """A live signal line, shared by every follower.

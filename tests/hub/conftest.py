@@ -136,10 +136,18 @@ async def start_board_on(data_dir: Path, port: int) -> tuple[web.AppRunner, str]
     return runner, app
 
 
-async def make_task(client: BoardClient, project: str = "demo") -> dict[str, Any]:
+async def make_task(client: BoardClient, project: str = "demo", **fields: Any) -> dict[str, Any]:
+    """A new task (its project made on first use); ``fields`` go into the create body."""
     if (await client.get(f"/api/v1/projects/{project}")).status == 404:
         assert (await client.post("/api/v1/projects", {"id": project, "name": project.title()})).status == 201
-    reply = await client.post("/api/v1/tasks", {"project": project, "title": "Keep the hub honest"})
+    reply = await client.post("/api/v1/tasks", {"project": project, "title": "Keep the hub honest", **fields})
+    assert reply.status == 201, reply.body
+    return reply.body
+
+
+async def block(client: BoardClient, blocker: dict[str, Any], card: dict[str, Any]) -> dict[str, Any]:
+    """``blocker`` blocks ``card``; the relation."""
+    reply = await client.post(f"/api/v1/tasks/{blocker['id']}/relations", {"type": "blocks", "target": card["id"]})
     assert reply.status == 201, reply.body
     return reply.body
 

@@ -253,6 +253,81 @@ async def test_a_two_mib_line_closes_the_session(hub: Hub, board: RunningBoard) 
     assert await activity_count(board) == before
 
 
+async def test_a_line_already_queued_leaves_before_a_live_event(hub: Hub, board: RunningBoard, client: BoardClient) -> None:
+    """The fan-out's direct write must not overtake what the follower's writer has not sent yet
+    (a pong, a heartbeat, a reset queued in the same loop turn)."""
+    task = await make_task(client)
+    await hub_caught_up(hub, board)
+    raw = await RawClient.greeted(hub)
+    await raw.send(hp.follow(idle_ms=0))
+    await raw.recv_type("open")
+    (connection,) = hub.followers
+    await async_wait_until(lambda: _true(connection._writer_parked), what="the writer to park")  # noqa: SLF001
+    revision = (hub.revision or 0) + 1
+    activity = {"id": revision, "revision": revision, "task_id": task["id"], "event": "comment_added"}
+    # One synchronous turn, as when a ping's answer and a board frame meet in one loop iteration.
+    connection.send(hub.pong())
+    hub.board_event(revision, activity)
+    hub.board_flush()
+    assert (await raw.recv())["type"] == "pong"
+    assert (await raw.recv())["revision"] == revision
+    await raw.close()
+
+
+async def test_the_events_of_one_board_read_reach_each_follower_in_one_fan_out(
+    hub: Hub, board: RunningBoard, client: BoardClient
+) -> None:
+    """A board that commits a batch sends its frames together; the last of them must not wait for
+    the fan-out of the ones before it. A signal between them keeps its place in the stream."""
+    task = await make_task(client)
+    await hub_caught_up(hub, board)
+    followers = [await RawClient.greeted(hub) for _ in range(3)]
+    for raw in followers:
+        await raw.send(hp.follow(idle_ms=0))
+        await raw.recv_type("open")
+    first = (hub.revision or 0) + 1
+    activities = [{"id": r, "revision": r, "task_id": task["id"], "event": "comment_added"} for r in range(first, first + 3)]
+    signal = {"type": "card_unblocked", "project_id": "demo", "task_id": task["id"], "changes": {}, "at": "now"}
+    before = hub.fanouts
+    # One read from the board, as the link hands it on: two events, a signal, an event.
+    hub.board_event(first, activities[0])
+    hub.board_event(first + 1, activities[1])
+    hub.board_signal(signal)
+    hub.board_event(first + 2, activities[2])
+    hub.board_flush()
+    assert hub.fanouts == before + 2  # the two events before the signal, then the one after it
+    for raw in followers:
+        got = [await raw.recv() for _ in range(4)]
+        assert [(m["type"], m.get("revision")) for m in got] == [
+            ("event", first), ("event", first + 1), ("signal", None), ("event", first + 2)]
+        await raw.close()
+
+
+async def test_one_board_read_larger_than_the_outbox_is_caught_up_from_the_ring(
+    board: RunningBoard, client: BoardClient
+) -> None:
+    """A read from the board may hold more events than a follower's outbox takes, while its writer
+    is parked with nothing to do: it goes to the ring for them, and nothing is lost."""
+    hub = await start_hub(board.url, board.token, max_pending=4)
+    try:
+        task = await make_task(client)
+        await hub_caught_up(hub, board)
+        raw = await RawClient.greeted(hub)
+        await raw.send(hp.follow(idle_ms=0))
+        await raw.recv_type("open")
+        (connection,) = hub.followers
+        await async_wait_until(lambda: _true(connection._writer_parked), what="the writer to park")  # noqa: SLF001
+        first = (hub.revision or 0) + 1
+        revisions = list(range(first, first + 6))
+        for revision in revisions:  # one read from the board, as the link hands it on
+            hub.board_event(revision, {"id": revision, "revision": revision, "task_id": task["id"], "event": "x"})
+        hub.board_flush()
+        assert [m["revision"] for m in await raw.events(6)] == revisions
+        await raw.close()
+    finally:
+        await hub.stop()
+
+
 # -- slow followers never hold up the others ------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from services.hub.server import Hub
 from shared import hub_protocol as hp
 from tests.support.board import BoardClient, RunningBoard
 
-from .conftest import RawClient, hub_caught_up, make_task
+from .conftest import RawClient, block, hub_caught_up, make_task
 
 pytestmark = pytest.mark.asyncio
 
@@ -61,12 +61,6 @@ def is_event(name: str) -> Any:
 
 def is_signal(name: str) -> Any:
     return lambda record: record["type"] == "signal" and record["signal"]["type"] == name
-
-
-async def block(client: BoardClient, blocker: dict[str, Any], card: dict[str, Any]) -> dict[str, Any]:
-    reply = await client.post(f"{API}/tasks/{blocker['id']}/relations", {"type": "blocks", "target": card["id"]})
-    assert reply.status == 201, reply.body
-    return reply.body
 
 
 async def unblock(client: BoardClient, blocker: dict[str, Any], relation: dict[str, Any]) -> None:

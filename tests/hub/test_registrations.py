@@ -27,6 +27,7 @@ from .conftest import (
     Closed,
     RawClient,
     activity_count,
+    block,
     bulk_rows,
     hub_caught_up,
     make_task,
@@ -96,6 +97,16 @@ async def status(hub: Hub) -> list[dict[str, Any]]:
 async def next_refresh(raw: RawClient, timeout: float = 10.0) -> dict[str, Any]:
     """The next ``refresh`` within ``timeout`` overall (heartbeats do not extend it)."""
     return await asyncio.wait_for(raw.recv_type("refresh"), timeout)
+
+
+async def kept_brief(hub: Hub, board: RunningBoard, card: dict[str, Any], out: Path) -> RawClient:
+    """Once the hub has seen what was written so far, keep ``card``'s brief at ``out``; the
+    session, after the first snapshot is on disk."""
+    await hub_caught_up(hub, board)
+    raw = await RawClient.greeted(hub)
+    assert (await watch(raw, ref=card["identifier"], out=str(out)))["type"] == "registered"
+    await next_refresh(raw)
+    return raw
 
 
 async def rename(client: BoardClient, task: dict[str, Any], title: str) -> None:
@@ -420,8 +431,7 @@ async def test_relations_refresh_both_ends_and_task_less_events_refresh_all(
     await watch(raw, cards=cards)
     for _ in tasks:
         await next_refresh(raw)
-    reply = await client.post(f"/api/v1/tasks/{tasks[0]['id']}/relations", {"type": "blocks", "target": tasks[1]["id"]})
-    assert reply.status == 201, reply.body
+    await block(client, tasks[0], tasks[1])
     first = {(await next_refresh(raw))["ref"], (await next_refresh(raw))["ref"]}
     assert first == {tasks[0]["identifier"], tasks[1]["identifier"]}  # the source too, not the bystander
     assert "blocked_by: [" + tasks[0]["identifier"] + "]" in Path(cards[1]["out"]).read_text()
@@ -438,16 +448,10 @@ async def test_a_blocker_finishing_or_reopening_refreshes_the_card_it_blocks(
     """The kept card's own row never moves here: only its open blockers do, and the board says so
     with ``card_unblocked`` / ``card_blocked`` on the signal lane, which mark the card's brief."""
     card = await make_task(client)
-    reply = await client.post("/api/v1/tasks", {"project": "demo", "title": "Land the schema", "acceptance_mode": "none"})
-    assert reply.status == 201, reply.body
-    blocker = reply.body
-    reply = await client.post(f"/api/v1/tasks/{blocker['id']}/relations", {"type": "blocks", "target": card["id"]})
-    assert reply.status == 201, reply.body
-    await hub_caught_up(whub, board)
+    blocker = await make_task(client, title="Land the schema", acceptance_mode="none")
+    await block(client, blocker, card)
     out = tmp_path / "card.md"
-    raw = await RawClient.greeted(whub)
-    assert (await watch(raw, ref=card["identifier"], out=str(out)))["type"] == "registered"
-    await next_refresh(raw)
+    raw = await kept_brief(whub, board, card, out)
     open_line, none_line = f"\nblocked_by: [{blocker['identifier']}]\n", "\nblocked_by: []\n"
     assert open_line in out.read_text()
     signals = await RawClient.greeted(whub)
@@ -492,13 +496,9 @@ async def test_one_of_two_blockers_finishing_narrows_the_kept_brief(
     card = await make_task(client)
     blockers = [await make_task(client) for _ in range(2)]
     for blocker in blockers:
-        reply = await client.post(f"/api/v1/tasks/{blocker['id']}/relations", {"type": "blocks", "target": card["id"]})
-        assert reply.status == 201, reply.body
-    await hub_caught_up(whub, board)
+        await block(client, blocker, card)
     out = tmp_path / "card.md"
-    raw = await RawClient.greeted(whub)
-    assert (await watch(raw, ref=card["identifier"], out=str(out)))["type"] == "registered"
-    await next_refresh(raw)
+    raw = await kept_brief(whub, board, card, out)
     both = ", ".join(sorted(b["identifier"] for b in blockers))
     assert f"\nblocked_by: [{both}]\n" in out.read_text()
     await move(client, blockers[0], "canceled")

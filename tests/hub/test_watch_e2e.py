@@ -29,7 +29,7 @@ from tests.support.board import (
 )
 from tests.support.waiting import async_wait_until
 
-from .conftest import WRITER, Runtime, bulk_rows, hub_pids, make_task
+from .conftest import WRITER, Runtime, block, bulk_rows, hub_pids, make_task
 
 pytestmark = pytest.mark.asyncio
 
@@ -299,11 +299,8 @@ async def test_a_finished_blocker_refreshes_the_card_it_held(
     async with aiohttp.ClientSession() as session:
         client = BoardClient(taskd.url, taskd.token, session)
         card = await make_task(client)
-        reply = await client.post("/api/v1/tasks", {"project": "demo", "title": "Land it", "acceptance_mode": "none"})
-        assert reply.status == 201, reply.body
-        blocker = reply.body
-        reply = await client.post(f"/api/v1/tasks/{blocker['id']}/relations", {"type": "blocks", "target": card["id"]})
-        assert reply.status == 201, reply.body
+        blocker = await make_task(client, title="Land it", acceptance_mode="none")
+        await block(client, blocker, card)
         mode = ["--standalone"] if through == "standalone" else []
         watcher = await streaming(runtime, env, "export", "watch", card["identifier"], "--out", str(out),
                                   *mode, "--url", taskd.url)

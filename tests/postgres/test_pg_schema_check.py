@@ -9,9 +9,7 @@ board then started and served an editable activity log. Every step below goes th
 
 from __future__ import annotations
 
-import json
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import psycopg
@@ -26,15 +24,6 @@ DISABLED = ("tasks_update_rules", "tasks")
 #: Dropped with CASCADE: the function and the triggers that call it go together.
 FUNCTION = "relations_immutable"
 
-
-def api(board: TaskdProcess, method: str, path: str, body: object) -> object:
-    request = urllib.request.Request(
-        board.url + path, method=method, data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {board.token}", "Content-Type": "application/json",
-                 "X-Taskloom-Actor": "ann", "X-Taskloom-Actor-Kind": "human"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
 
 
 def rows(url: str) -> list[tuple[object, ...]]:
@@ -80,10 +69,10 @@ def test_dropped_disabled_and_cascaded_rules_are_refused_at_start_and_repaired(
 ) -> None:
     board = TaskdProcess(data_dir=tmp_path / "data", runtime_dir=tmp_path / "run", log_path=tmp_path / "taskd.log")
     board.start("--database", postgres_url)
-    api(board, "POST", "/api/v1/projects", {"id": "demo"})
-    first = api(board, "POST", "/api/v1/tasks", {"project": "demo", "title": "Keep the log honest"})
-    second = api(board, "POST", "/api/v1/tasks", {"project": "demo", "title": "Then the page"})
-    api(board, "POST", f"/api/v1/tasks/{first['id']}/relations", {"type": "blocks", "target": second["id"]})  # type: ignore[index]
+    board.api("POST", "/api/v1/projects", {"id": "demo"})
+    first = board.api("POST", "/api/v1/tasks", {"project": "demo", "title": "Keep the log honest"})
+    second = board.api("POST", "/api/v1/tasks", {"project": "demo", "title": "Then the page"})
+    board.api("POST", f"/api/v1/tasks/{first['id']}/relations", {"type": "blocks", "target": second["id"]})
     assert board.stop() == 0
     healthy = board_triggers(postgres_url)
     cascaded = sorted(t.name for t in defined().triggers.values() if t.function == FUNCTION)
@@ -121,7 +110,7 @@ def test_dropped_disabled_and_cascaded_rules_are_refused_at_start_and_repaired(
             refusal = pg_cluster.psql(postgres_url, statement)
             assert refusal.returncode != 0 and code in refusal.stderr, (statement, refusal.stderr)
         assert rows(postgres_url) == before
-        api(board, "POST", "/api/v1/tasks", {"project": "demo", "title": "Written after the repair"})
+        board.api("POST", "/api/v1/tasks", {"project": "demo", "title": "Written after the repair"})
         assert len(rows(postgres_url)) == len(before) + 1
     finally:
         assert board.stop() == 0

@@ -50,15 +50,6 @@ class Line:
                 return answer
 
 
-def api(board: TaskdProcess, path: str, body: object) -> Any:
-    request = urllib.request.Request(
-        board.url + path, method="POST", data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {board.token}", "Content-Type": "application/json",
-                 "X-Taskloom-Actor": "ann", "X-Taskloom-Actor-Kind": "human"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
-
 
 def contents(*roots: Path) -> dict[str, bytes]:
     """Every file's bytes except the hub's own log (it notes the refusals)."""
@@ -73,9 +64,9 @@ def contents(*roots: Path) -> dict[str, bytes]:
 def board(tmp_path: Path) -> Iterator[TaskdProcess]:
     process = TaskdProcess(data_dir=tmp_path / "data", runtime_dir=tmp_path / "run", log_path=tmp_path / "taskd.log")
     process.start()
-    api(process, "/api/v1/projects", {"id": "demo"})
-    api(process, "/api/v1/tasks", {"project": "demo", "title": "Brief me"})
-    api(process, "/api/v1/tasks", {"project": "demo", "title": "Brief me too"})
+    process.api("POST", "/api/v1/projects", {"id": "demo"})
+    process.api("POST", "/api/v1/tasks", {"project": "demo", "title": "Brief me"})
+    process.api("POST", "/api/v1/tasks", {"project": "demo", "title": "Brief me too"})
     yield process
     process.stop()
 

@@ -6,11 +6,9 @@ restart — and the board served an editable activity log.
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import subprocess
-import urllib.request
 from contextlib import closing
 from pathlib import Path
 
@@ -21,15 +19,6 @@ from tests.support.board import VENV_BIN, TaskdProcess
 
 DROPPED = ("task_activities_no_update", "tasks_status_graph")
 
-
-def api(board: TaskdProcess, method: str, path: str, body: object) -> object:
-    request = urllib.request.Request(
-        board.url + path, method=method, data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {board.token}", "Content-Type": "application/json",
-                 "X-Taskloom-Actor": "ann", "X-Taskloom-Actor-Kind": "human"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
 
 
 def raw(board: TaskdProcess) -> sqlite3.Connection:
@@ -61,8 +50,8 @@ def test_the_declared_triggers_are_exactly_what_the_migrations_create(tmp_path: 
 def test_a_dropped_trigger_is_refused_at_start_and_repair_schema_restores_it(tmp_path: Path) -> None:
     board = TaskdProcess(data_dir=tmp_path / "data", runtime_dir=tmp_path / "run", log_path=tmp_path / "taskd.log")
     board.start()
-    api(board, "POST", "/api/v1/projects", {"id": "demo"})
-    api(board, "POST", "/api/v1/tasks", {"project": "demo", "title": "Keep the log honest"})
+    board.api("POST", "/api/v1/projects", {"id": "demo"})
+    board.api("POST", "/api/v1/tasks", {"project": "demo", "title": "Keep the log honest"})
     assert board.stop() == 0
     with closing(raw(board)) as conn:
         for name in DROPPED:
@@ -95,7 +84,7 @@ def test_a_dropped_trigger_is_refused_at_start_and_repair_schema_restores_it(tmp
                 conn.execute("UPDATE tasks SET status = 'done'")
         assert activity_rows(board) == rows
         # And it serves: a new write lands on the repaired file.
-        api(board, "POST", "/api/v1/tasks", {"project": "demo", "title": "Written after the repair"})
+        board.api("POST", "/api/v1/tasks", {"project": "demo", "title": "Written after the repair"})
         assert len(activity_rows(board)) == len(rows) + 1
     finally:
         assert board.stop() == 0

@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
@@ -347,6 +348,17 @@ class TaskdProcess:
 
         self.url = wait_until(ready, timeout=timeout, what="taskd to write its pointer")
         return self
+
+    def api(self, method: str, path: str, body: object = None) -> Any:
+        """One JSON request as ann (a person) with the board's token; the decoded answer. A refusal
+        raises ``urllib.error.HTTPError``: these callers expect every request to succeed."""
+        request = urllib.request.Request(
+            self.url + path, method=method, data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json",
+                     "X-Taskloom-Actor": "ann", "X-Taskloom-Actor-Kind": "human"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
         assert self.process is not None

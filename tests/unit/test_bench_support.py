@@ -8,6 +8,7 @@ import asyncio
 import importlib
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ async def test_a_hub_follower_and_a_board_stream_hear_a_write_on_the_board(tmp_p
             followers = [
                 asyncio.create_task(support.follow_hub(pointer["port"], pointer["token"], opened[0],
                                                        lambda message, _at: via_hub.append(message))),
-                asyncio.create_task(support.follow_board(http, board.url, board.token, opened[1],
+                asyncio.create_task(support.follow_board(board.url, board.token, opened[1],
                                                          lambda event, data, _at: via_stream.append(json.loads(data))
                                                          if event is None else None)),
             ]
@@ -101,3 +102,40 @@ async def test_a_hub_follower_and_a_board_stream_hear_a_write_on_the_board(tmp_p
         if hub is not None:
             hub.stop()
         board.stop()
+
+
+async def test_a_chunk_is_stamped_when_it_reached_the_socket_not_when_a_busy_loop_read_it() -> None:
+    """The benches read many streams in one loop: a consumer whose loop was busy must still see
+    when its bytes arrived (the kernel's receive timestamp), or it is charged with the others' work."""
+    accepted: asyncio.Queue[asyncio.StreamWriter] = asyncio.Queue()
+
+    async def on_accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await accepted.put(writer)
+
+    server = await asyncio.start_server(on_accept, "127.0.0.1", 0)
+    stream = await support.stamped_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    peer = await accepted.get()
+    try:
+        # Linux turns receive timestamps on for the whole host from a work queue, a moment after
+        # the first socket asks, so a chunk may still be stamped as it is read; the benches'
+        # consumers have done a round trip or two (hello, open) before anything they measure.
+        # A stamp taken when the loop reads would fail every round.
+        lags = []
+        for _ in range(20):
+            peer.write(b"hello\n")
+            await peer.drain()
+            sent = time.perf_counter()
+            busy_until = sent + 0.02
+            while time.perf_counter() < busy_until:
+                pass  # the loop is busy (another consumer's parsing) while the bytes wait in the socket
+            stamp, data = await asyncio.wait_for(stream.chunks.get(), 10)
+            assert data == b"hello\n"
+            lags.append(stamp - sent)
+            if -0.01 <= stamp - sent < 0.01:
+                break
+        else:
+            raise AssertionError(f"every chunk was stamped when the loop read it: {lags}")
+    finally:
+        stream.close()
+        peer.close()
+        server.close()

@@ -34,6 +34,19 @@ class ProjectConditions:
     claim_stale_after: float | None = None
     persist: frozenset[str] = frozenset()
 
+    @functools.cached_property
+    def column_statuses(self) -> tuple[str, ...]:
+        """The statuses whose column a condition watches (WIP limits and lanes), sorted."""
+        return tuple(sorted(set(self.wip_limits) | self.lanes))
+
+    @functools.cached_property
+    def wip_statuses(self) -> tuple[str, ...]:
+        return tuple(sorted(self.wip_limits))
+
+    @functools.cached_property
+    def lane_statuses(self) -> tuple[str, ...]:
+        return tuple(sorted(self.lanes))
+
 
 NONE = ProjectConditions()
 

@@ -9,6 +9,8 @@ roll back their marks with them; the signals leave only after COMMIT.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any
 
 from shared import conditions, domain, events
@@ -40,12 +42,15 @@ def emit(tx: Tx, config: settings.ProjectConditions, type_: str, project_id: str
 
 
 #: A project's condition settings, cached by the engine between commands: re-read whenever a
-#: command writes a project-wide row (its settings may have changed), else one read per project.
+#: command writes a project-wide row (its settings may have changed), and all of them whenever
+#: another board process may have committed since this one last did (``Tx.others_committed``).
 ConfigCache = dict[str, settings.ProjectConditions]
 
 
 def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = None) -> None:
     """The command hook: judge the conditions where this command wrote."""
+    if tx.others_committed and cache:
+        cache.clear()
     if not tx.scopes:
         return
     scopes = list(tx.scopes)
@@ -77,11 +82,29 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
             (local if project_id in wide else shared)[project_id] = config
         return config
 
-    for project_id in sorted(projects):
-        config = config_of(project_id)
-        if config.wip_limits or config.lanes or project_id in wide:
+    watched = [
+        (project_id, config) for project_id in sorted(projects)
+        if (config := config_of(project_id)).wip_limits or config.lanes or project_id in wide
+    ]
+    rows: dict[str, Row] = {}
+    if len(watched) == 1 and len(touched) == 1:
+        # One statement for the card and its project's columns. Reading both before judging
+        # either is what reading them in turn would see: the column judgement writes only marks
+        # without a card, and the card's read looks only at marks of that card.
+        (project_id, config), (task_id,) = watched[0], touched
+        statuses = config.column_statuses
+        # The select list's terms bind the project, then the WHERE binds the card.
+        terms = (project_id,) * (len(statuses) + 1)
+        row = tx.conn.execute(_card_with_columns_sql(statuses), (*terms, task_id)).fetchone()
+        if row is not None:
+            rows[task_id] = row
+            columns(tx, project_id, config, _column_state(row, _CARD_WIDTH, statuses))
+        else:
             columns(tx, project_id, config)
-    rows = {task_id: row for task_id in touched if (row := _card(tx.conn, task_id)) is not None}
+    else:
+        for project_id, config in watched:
+            columns(tx, project_id, config)
+        rows = {task_id: row for task_id in touched if (row := _card(tx.conn, task_id)) is not None}
     dependents = _dependents(tx, {task_id for task_id, row in rows.items() if row["_blocks_some"]}) - touched
     rearm: set[str] = set()
     for project_id in wide:  # a project's settings changed: every deadline of it may have moved
@@ -96,36 +119,48 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
             tx.effects.append(Deadlines(task_id, ()))
             continue
         held = marks.of_task(tx.conn, task_id) if task["_marked"] else {}
-        if task_id in touched or task_id in dependents:
-            _blocked(tx, task, held.get(events.CARD_BLOCKED), config_of)
+        blocked_mark = held.get(events.CARD_BLOCKED)
+        # Nothing points ``blocks`` at it and it holds no such mark: nothing to judge.
+        if (task_id in touched or task_id in dependents) and (blocked_mark is not None or task["_blocked_some"]):
+            _blocked(tx, task, blocked_mark, config_of)
         if task_id in touched or task_id in rearm:
             _deadlines(tx, task, held, config_of(task["project_id"]), claim_fresh_seconds=claim_fresh_seconds,
                        active_at=tx.now if task_id in active else None)
 
 
-def columns(tx: Tx, project_id: str, config: settings.ProjectConditions) -> None:
-    """WIP limits and monitored lanes of one project, against the marks that hold."""
-    held = marks.of_project(tx.conn, project_id, _COLUMN_TYPES)
-    if not config.wip_limits and not config.lanes and not held:
+def columns(
+    tx: Tx, project_id: str, config: settings.ProjectConditions, state: tuple[dict[str, int], int] | None = None,
+) -> None:
+    """WIP limits and monitored lanes of one project, against the marks that hold. ``state``: the
+    project's column counts and how many column marks it holds, when the caller read them with
+    the card (``_column_state``); else they are read here."""
+    wanted = config.column_statuses
+    if state is None:
+        state = _column_state(tx.conn.execute(f"SELECT {_column_sql(wanted)}", (project_id,) * (len(wanted) + 1))
+                              .fetchone(), 0, wanted)
+    counts, marked = state
+    held = {
+        (mark.type, mark.subject): mark
+        for mark in map(marks.from_row, tx.conn.execute(_COLUMN_MARKS_SQL, (project_id,)).fetchall())
+    } if marked else {}
+    if not wanted and not held:
         return
-    wanted = sorted(set(config.wip_limits) | config.lanes | {status for _, status in held})
-    counts = dict.fromkeys(wanted, 0)
-    for status, number in tx.conn.execute(
-        f"SELECT status, count(*) FROM tasks WHERE project_id = ? AND archived_at IS NULL"
-        f" AND status IN ({', '.join('?' for _ in wanted)}) GROUP BY status",
-        (project_id, *wanted),
-    ):
-        counts[status] = int(number)
+    extra = sorted({status for _, status in held} - counts.keys()) if held else None
+    if extra:  # a mark left on a column the settings no longer watch: its count says it clears
+        counts.update(dict.fromkeys(extra, 0))
+        for status, number in tx.conn.execute(
+            f"SELECT status, count(*) FROM tasks WHERE project_id = ? AND archived_at IS NULL"
+            f" AND status IN ({', '.join('?' for _ in extra)}) GROUP BY status",
+            (project_id, *extra),
+        ):
+            counts[status] = int(number)
 
-    def count(status: str) -> int:
-        return counts[status]
-
-    for status in sorted(set(config.wip_limits) | {s for t, s in held if t == events.WIP_EXCEEDED}):
+    for status in _judged(config.wip_statuses, held, events.WIP_EXCEEDED):
         mark = held.get((events.WIP_EXCEEDED, status))
         limit = config.wip_limits.get(status)
-        over = limit is not None and count(status) > limit
-        if over and limit is not None:
-            changes = events.wip_exceeded(status=status, count=count(status), limit=limit)
+        count = counts[status]
+        if limit is not None and count > limit:
+            changes = events.wip_exceeded(status=status, count=count, limit=limit)
             if mark is None:
                 emit(tx, config, events.WIP_EXCEEDED, project_id, None, changes)
             if mark is None or mark.changes != changes:
@@ -135,17 +170,53 @@ def columns(tx: Tx, project_id: str, config: settings.ProjectConditions) -> None
             marks.drop(tx.conn, events.WIP_EXCEEDED, project_id, status)
             old_limit = limit if limit is not None else int(mark.changes.get("limit", 0))
             emit(tx, config, events.WIP_CLEARED, project_id, None,
-                 events.wip_cleared(status=status, count=count(status), limit=old_limit))
-    for status in sorted(config.lanes | {s for t, s in held if t == events.LANE_DRAINED}):
+                 events.wip_cleared(status=status, count=count, limit=old_limit))
+    for status in _judged(config.lane_statuses, held, events.LANE_DRAINED):
         mark = held.get((events.LANE_DRAINED, status))
-        empty = status in config.lanes and count(status) == 0
+        count = counts[status]
+        empty = status in config.lanes and count == 0
         if empty and mark is None:
             changes = events.lane_drained(status=status, count=0)
             emit(tx, config, events.LANE_DRAINED, project_id, None, changes)
             marks.put(tx.conn, Mark(events.LANE_DRAINED, project_id, status, None, status, changes, tx.now))
         elif not empty and mark is not None:
             marks.drop(tx.conn, events.LANE_DRAINED, project_id, status)
-            emit(tx, config, events.LANE_REFILLED, project_id, None, events.lane_refilled(status=status, count=count(status)))
+            emit(tx, config, events.LANE_REFILLED, project_id, None, events.lane_refilled(status=status, count=count))
+
+
+def _judged(configured: tuple[str, ...], held: dict[tuple[str, str], Mark], type_: str) -> Sequence[str]:
+    """The columns to judge for one condition: those configured and those holding its mark, sorted."""
+    if not held:
+        return configured
+    return sorted(set(configured) | {status for held_type, status in held if held_type == type_})
+
+
+_COLUMN_MARKS_SQL = (
+    f"SELECT {marks.COLUMNS} FROM condition_marks WHERE project_id = ? AND task_id IS NULL"
+    " AND type IN (" + ", ".join(f"'{type_}'" for type_ in _COLUMN_TYPES) + ")"
+)
+
+
+@functools.lru_cache(maxsize=256)
+def _column_sql(statuses: tuple[str, ...]) -> str:
+    """Select-list terms: how many live cards each of ``statuses`` holds, then how many column
+    marks the project holds (the marks themselves are read only when there are some). One ``?``
+    per term, each the project. The statuses are validated names, spelled as literals."""
+    for status in statuses:
+        if status not in domain.STATUSES:
+            raise ValueError(f"not a status: {status!r}")
+    return ", ".join([
+        *(f"(SELECT count(*) FROM tasks c WHERE c.project_id = ? AND c.status = '{status}'"
+          " AND c.archived_at IS NULL)" for status in statuses),
+        "(SELECT count(*) FROM condition_marks m WHERE m.project_id = ? AND m.task_id IS NULL"
+        " AND m.type IN (" + ", ".join(f"'{type_}'" for type_ in _COLUMN_TYPES) + "))",
+    ])
+
+
+def _column_state(row: Row, offset: int, statuses: tuple[str, ...]) -> tuple[dict[str, int], int]:
+    """The counts and the number of column marks that ``_column_sql`` put at ``offset`` of ``row``."""
+    counts = {status: int(row[offset + n]) for n, status in enumerate(statuses)}
+    return counts, int(row[offset + len(statuses)])
 
 
 def _dependents(tx: Tx, task_ids: set[str]) -> set[str]:
@@ -163,11 +234,18 @@ def _dependents(tx: Tx, task_ids: set[str]) -> set[str]:
     return found
 
 
+#: The card's columns the conditions read (the instant ones and ``temporal.episodes``): a row is
+#: built for every card a command touches, and ``tasks.*`` would cost that many columns more.
+_CARD_COLUMNS = (
+    "id", "project_id", "status", "archived_at", "status_since", "updated_at", "created_at", "claimed_by",
+    "claimed_by_kind", "heartbeat_at",
+)
+
 #: A card and three facts about it in one read, so the common case (no relations, no marks) pays
 #: one statement: whether it blocks anything, whether anything points ``blocks`` at it, whether
 #: it holds a mark.
 _CARD_SQL = (
-    "SELECT tasks.*,"
+    f"SELECT {', '.join(f'tasks.{column}' for column in _CARD_COLUMNS)},"
     " EXISTS (SELECT 1 FROM relations r WHERE r.type = 'blocks' AND r.source_id = tasks.id) AS _blocks_some,"
     " EXISTS (SELECT 1 FROM relations r WHERE r.type = 'blocks' AND r.target_id = tasks.id) AS _blocked_some,"
     " EXISTS (SELECT 1 FROM condition_marks m WHERE m.task_id = tasks.id) AS _marked"
@@ -178,6 +256,17 @@ _CARD_SQL = (
 def _card(conn: Any, task_id: str) -> Row | None:
     row: Row | None = conn.execute(_CARD_SQL, (task_id,)).fetchone()
     return row
+
+
+#: Where the column terms begin in a row of ``_card_with_columns_sql``.
+_CARD_WIDTH = len(_CARD_COLUMNS) + 3
+
+
+@functools.lru_cache(maxsize=256)
+def _card_with_columns_sql(statuses: tuple[str, ...]) -> str:
+    """The card's read and a project's column state in one statement (the common command: one
+    card, in a project that watches its columns)."""
+    return _CARD_SQL.replace(" FROM tasks WHERE id = ?", f", {_column_sql(statuses)} FROM tasks WHERE id = ?")
 
 
 def cards(tx: Tx, task_ids: set[str], config_of: Any) -> None:
@@ -230,11 +319,11 @@ def _deadlines(
     for type_, mark in held.items():
         if type_ not in current or current[type_].key != mark.episode:
             marks.drop(tx.conn, type_, mark.project_id, mark.subject)
-    armed = tuple(
+    armed = tuple([
         (episode.type, episode.key, episode.deadline)
         for episode in found
         if not (episode.type in held and held[episode.type].episode == episode.key)
-    )
+    ])
     tx.effects.append(Deadlines(task["id"], armed))
 
 
@@ -263,8 +352,9 @@ def fire(tx: Tx, due: list[tuple[str, str, str]], *, claim_fresh_seconds: float,
         if match.deadline > now + slack:
             again.append(Deadlines(task_id, ((type_, episode, match.deadline),)))
             continue
-        marks.put(tx.conn, Mark(type_, project_id, task_id, task_id, episode, match.changes, tx.now))
-        emit(tx, config, type_, project_id, task_id, match.changes)
+        changes = match.changes
+        marks.put(tx.conn, Mark(type_, project_id, task_id, task_id, episode, changes, tx.now))
+        emit(tx, config, type_, project_id, task_id, changes)
     return again
 
 

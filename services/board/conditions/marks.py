@@ -7,7 +7,6 @@ and ``ON CONFLICT`` upserts: the same statements run on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,16 +28,17 @@ class Mark:
     since: str
 
 
-_COLUMNS = "type, project_id, subject, task_id, episode, changes_json, since"
+#: The columns of a mark, in the order ``from_row`` reads them.
+COLUMNS = "type, project_id, subject, task_id, episode, changes_json, since"
 
 
-def _mark(row: Any) -> Mark:
+def from_row(row: Any) -> Mark:
     return Mark(row[0], row[1], row[2], row[3], row[4], orjson.loads(row[5]), row[6])
 
 
 def put(conn: Connectionish, mark: Mark) -> None:
     conn.execute(
-        f"INSERT INTO condition_marks ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        f"INSERT INTO condition_marks ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (type, project_id, subject) DO UPDATE SET task_id = excluded.task_id,"
         " episode = excluded.episode, changes_json = excluded.changes_json, since = excluded.since",
         (mark.type, mark.project_id, mark.subject, mark.task_id, mark.episode, orjson.dumps(mark.changes).decode(),
@@ -54,34 +54,24 @@ def drop(conn: Connectionish, type_: str, project_id: str, subject: str) -> None
 
 def get(conn: Connectionish, type_: str, project_id: str, subject: str) -> Mark | None:
     row = conn.execute(
-        f"SELECT {_COLUMNS} FROM condition_marks WHERE type = ? AND project_id = ? AND subject = ?",
+        f"SELECT {COLUMNS} FROM condition_marks WHERE type = ? AND project_id = ? AND subject = ?",
         (type_, project_id, subject),
     ).fetchone()
-    return None if row is None else _mark(row)
-
-
-def of_project(conn: Connectionish, project_id: str, types: Iterable[str]) -> dict[tuple[str, str], Mark]:
-    names = list(types)
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM condition_marks WHERE project_id = ? AND task_id IS NULL"
-        f" AND type IN ({', '.join('?' for _ in names)})",
-        (project_id, *names),
-    ).fetchall()
-    return {(mark.type, mark.subject): mark for mark in map(_mark, rows)}
+    return None if row is None else from_row(row)
 
 
 def of_task(conn: Connectionish, task_id: str) -> dict[str, Mark]:
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM condition_marks WHERE task_id = ?", (task_id,)).fetchall()
-    return {mark.type: mark for mark in map(_mark, rows)}
+    rows = conn.execute(f"SELECT {COLUMNS} FROM condition_marks WHERE task_id = ?", (task_id,)).fetchall()
+    return {mark.type: mark for mark in map(from_row, rows)}
 
 
 def every(conn: Connectionish, project_id: str | None = None) -> list[Mark]:
     """Every mark, in a stable order (the breaches list)."""
     if project_id is None:
-        rows = conn.execute(f"SELECT {_COLUMNS} FROM condition_marks ORDER BY project_id, since, type, subject")
+        rows = conn.execute(f"SELECT {COLUMNS} FROM condition_marks ORDER BY project_id, since, type, subject")
     else:
         rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM condition_marks WHERE project_id = ? ORDER BY since, type, subject", (project_id,)
+            f"SELECT {COLUMNS} FROM condition_marks WHERE project_id = ? ORDER BY since, type, subject", (project_id,)
         )
-    return [_mark(row) for row in rows.fetchall()]
+    return [from_row(row) for row in rows.fetchall()]
 

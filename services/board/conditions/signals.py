@@ -8,7 +8,7 @@ after that transaction committed (the store's effects listeners).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -37,10 +37,10 @@ class Signal:
         return encode_named(EVENT, orjson.dumps(self.data()))
 
 
-@dataclass(frozen=True, slots=True)
-class Deadlines:
+class Deadlines(NamedTuple):
     """The temporal conditions of one card that have not fired yet, judged after a commit: the
-    timer replaces whatever it held armed for the card with these (an empty tuple disarms it)."""
+    timer replaces whatever it held armed for the card with these (an empty tuple disarms it).
+    A tuple: every command that touches a card builds one."""
 
     task_id: str
     #: (type, episode, deadline as POSIX seconds)

@@ -10,9 +10,8 @@ computed one way only.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from shared import conditions, domain, events
 
@@ -24,12 +23,29 @@ from .config import ProjectConditions
 _NOT_ACTIVITY: Final = ", ".join(f"'{name}'" for name in conditions.CONDITIONS)
 
 
-@dataclass(frozen=True, slots=True)
-class Episode:
+class Episode(NamedTuple):
+    """One deadline and the state it was computed from. A tuple, and what it would say is built
+    only when asked (the timer firing it): the command hook builds one per deadline per command
+    and needs only the type, the key and the deadline."""
+
     type: str
     key: str
     deadline: float  # POSIX seconds
-    changes: dict[str, Any]
+    #: When the state began: the status was entered, the last activity, the last heartbeat.
+    since: str
+    threshold: float
+    #: The status (``status_timeout``) or the claimant (``claim_stale``).
+    subject: str | None = None
+
+    @property
+    def changes(self) -> dict[str, Any]:
+        if self.type == events.STATUS_TIMEOUT:
+            assert self.subject is not None
+            return events.status_timeout(status=self.subject, since=self.since, max_=_seconds(self.threshold))
+        if self.type == events.CARD_IDLE:
+            return events.card_idle(since=self.since, threshold=_seconds(self.threshold))
+        assert self.subject is not None
+        return events.claim_stale(claimed_by=self.subject, heartbeat_at=self.since, threshold=_seconds(self.threshold))
 
 
 def _seconds(value: float) -> float | int:
@@ -65,21 +81,15 @@ def episodes(
     if status in config.max_time_in_status:
         limit = config.max_time_in_status[status]
         since = task["status_since"] or task["updated_at"]
-        found.append(Episode(
-            events.STATUS_TIMEOUT, f"{status}@{since}", posix(since) + limit,
-            events.status_timeout(status=status, since=since, max_=_seconds(limit)),
-        ))
+        found.append(Episode(events.STATUS_TIMEOUT, f"{status}@{since}", posix(since) + limit, since, limit, status))
     if config.idle_after is not None:
         since = active_at or last_activity(conn, task["id"]) or task["created_at"]
-        found.append(Episode(
-            events.CARD_IDLE, since, posix(since) + config.idle_after,
-            events.card_idle(since=since, threshold=_seconds(config.idle_after)),
-        ))
+        found.append(Episode(events.CARD_IDLE, since, posix(since) + config.idle_after, since, config.idle_after))
     if status == "in_progress" and task["claimed_by"] is not None and task["heartbeat_at"] is not None:
         threshold = config.claim_stale_after if config.claim_stale_after is not None else claim_fresh_seconds
         beat = task["heartbeat_at"]
         found.append(Episode(
-            events.CLAIM_STALE, f"{task['claimed_by_kind']}:{task['claimed_by']}@{beat}", posix(beat) + threshold,
-            events.claim_stale(claimed_by=task["claimed_by"], heartbeat_at=beat, threshold=_seconds(threshold)),
+            events.CLAIM_STALE, f"{task['claimed_by_kind']}:{task['claimed_by']}@{beat}", posix(beat) + threshold, beat,
+            threshold, task["claimed_by"],
         ))
     return found

@@ -4,6 +4,12 @@ Rebuilt from state at start (``instant.rebuild`` in one transaction), adjusted a
 from the ``Deadlines`` its transaction computed, and woken by one ``call_at`` for the earliest
 deadline — never a poll per card. Entries are replaced lazily: the heap may hold outdated
 entries, which are skipped when they surface (``armed`` is the truth).
+
+Several board processes on one PostgreSQL database: each commit's signals and deadlines are sent
+to the others with its COMMIT (``WriterStore.peer_effects``), so a stream on any process hears
+every signal, and every process arms every deadline — one that a stopped process had armed still
+fires. The fire transaction checks the mark under the write lock, so a deadline armed in two
+processes fires once.
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+import orjson
 import structlog
 
-from ..store import SYSTEM_ACTOR, Tx, WriterStore
+from ..store import PEER_NOTE_BYTES, SYSTEM_ACTOR, Tx, WriterStore
 from . import instant
 from .signals import Deadlines, Signal
 
@@ -55,8 +62,14 @@ class ConditionsEngine:
         #: (deadline, fired at) of the last fires, POSIX seconds (bench and tests read it).
         self.fired: list[tuple[float, float]] = []
         self._configs: instant.ConfigCache = {}
+        #: task id → the head of the commit whose ``Deadlines`` armed it: a peer's older word
+        #: arriving after a newer commit's is not applied.
+        self._armed_at: dict[str, int] = {}
         store.command_hook = self._hook
         store.add_effects_listener(self._on_effects)
+        if store.serves_peers:
+            store.peer_effects = peer_notes
+            store.add_peer_listener(self._on_peer)
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -71,7 +84,7 @@ class ConditionsEngine:
     def _hook(self, tx: Tx) -> None:
         instant.evaluate(tx, claim_fresh_seconds=self.claim_fresh_seconds, cache=self._configs)
 
-    def _on_effects(self, effects: list[Any]) -> None:
+    def _on_effects(self, effects: list[Any], head: int) -> None:
         for effect in effects:
             if isinstance(effect, Signal):
                 for listener in tuple(self._listeners):
@@ -80,8 +93,19 @@ class ConditionsEngine:
                     except Exception:
                         log.exception("signal_listener_failed", type=effect.type)
             elif isinstance(effect, Deadlines):
-                self._arm(effect)
+                if head >= self._armed_at.get(effect.task_id, 0):
+                    self._armed_at[effect.task_id] = head
+                    self._arm(effect)
         self._schedule()
+
+    def _on_peer(self, note: str) -> None:
+        """What another board process's commit left: handled as this process's own effects."""
+        try:
+            head, effects = read_peer_note(note)
+        except (ValueError, TypeError, KeyError):
+            log.warning("peer_note_unreadable", size=len(note))
+            return
+        self._on_effects(effects, head)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -157,7 +181,10 @@ class ConditionsEngine:
                 self._handle, self._handle_at = None, None
             return
         deadline = self._heap[0][0]
-        if self._handle is not None and self._handle_at == deadline:
+        if self._handle is not None and self._handle_at is not None and self._handle_at <= deadline:
+            # An earlier wake-up stands: it finds nothing due and waits again (see ``_due``). Moving
+            # it back after every commit whose card held the earliest deadline would cost a timer
+            # handle per command.
             return
         if self._handle is not None:
             self._handle.cancel()
@@ -218,3 +245,46 @@ class ConditionsEngine:
             self._arm_more(deadlines_again)
         if self._running:
             self._due()
+
+
+# -- what travels to the other board processes ---------------------------------------------------
+
+
+def peer_notes(effects: list[Any], head: int) -> list[str]:
+    """A batch's signals and deadlines as notification payloads of at most ``PEER_NOTE_BYTES``.
+    One effect too large for a notification by itself (a card with hundreds of blockers) is left
+    out and logged: the other processes' streams miss that signal, ``/breaches`` still has it."""
+    notes: list[str] = []
+    items: list[bytes] = []
+    size = 0
+    prefix = b'{"h":%d,"e":[' % head
+    for effect in effects:
+        if isinstance(effect, Signal):
+            item = orjson.dumps(["s", effect.type, effect.project_id, effect.task_id, effect.changes, effect.at])
+        elif isinstance(effect, Deadlines):
+            item = orjson.dumps(["d", effect.task_id, effect.entries])
+        else:
+            continue
+        if len(prefix) + len(item) + 2 > PEER_NOTE_BYTES:
+            log.warning("peer_note_too_large", size=len(item))
+            continue
+        if items and len(prefix) + size + len(item) + len(items) + 2 > PEER_NOTE_BYTES:
+            notes.append((prefix + b",".join(items) + b"]}").decode())
+            items, size = [], 0
+        items.append(item)
+        size += len(item)
+    if items:
+        notes.append((prefix + b",".join(items) + b"]}").decode())
+    return notes
+
+
+def read_peer_note(note: str) -> tuple[int, list[Any]]:
+    """The head and the effects a ``peer_notes`` payload carries."""
+    data = orjson.loads(note)
+    effects: list[Any] = []
+    for item in data["e"]:
+        if item[0] == "s":
+            effects.append(Signal(str(item[1]), str(item[2]), item[3], dict(item[4]), str(item[5])))
+        elif item[0] == "d":
+            effects.append(Deadlines(str(item[1]), tuple((str(t), str(e), float(d)) for t, e, d in item[2])))
+    return int(data["h"]), effects

@@ -1,0 +1,71 @@
+"""Conditions on two ``taskd`` processes serving one PostgreSQL database (docs/conditions.md §4).
+
+A signal is an id-less frame of the process whose commit noticed it, and a deadline was armed
+only in the process whose commit set it: a stream on the other process never heard the signal,
+and a deadline armed by a process that then died never fired. Each commit now sends its signals
+and deadlines to the other processes with its COMMIT.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.postgres.support_taskd import board_process
+from tests.support.board import BoardClient
+from tests.support.signals import RawStream
+
+TIMEOUT_S = 3
+
+
+def of(stream: RawStream, type_: str) -> list[dict[str, Any]]:
+    return [s for s in stream.signals(type_) if s["project_id"] == "demo"]
+
+
+async def test_signals_and_deadlines_reach_every_board_process(tmp_path: Path, postgres_url: str) -> None:
+    a = board_process(tmp_path, "a", postgres_url)
+    b = board_process(tmp_path, "b", postgres_url)
+    try:
+        async with aiohttp.ClientSession() as session:
+            on_a, on_b = BoardClient(a.url, a.token, session), BoardClient(b.url, b.token, session)
+            settings = {"wip_limits": {"in_progress": 1}, "monitors": {"max_time_in_status": {"in_progress": TIMEOUT_S}}}
+            assert (await on_a.post("/api/v1/projects", {"id": "demo", "settings": settings})).status == 201
+            cards = [(await on_a.post("/api/v1/tasks", {"project": "demo", "title": f"card {n}"})).body for n in range(2)]
+            on_stream_a = await RawStream.open(session, a.url, a.token)
+            on_stream_b = await RawStream.open(session, b.url, b.token)
+
+            # A's commit goes over the limit: both processes' streams hear it, once each.
+            for card in cards:
+                reply = await on_a.post(f"/api/v1/tasks/{card['id']}/claim", {})
+                assert reply.status == 200, reply.body
+            claimed = time.monotonic()
+            for stream in (on_stream_a, on_stream_b):
+                exceeded = await stream.signal("wip_exceeded")
+                assert exceeded["changes"] == {"status": "in_progress", "count": 2, "limit": 1}
+
+            # Both cards' timeouts were armed by A's commits. A dies before they come due; B fires them.
+            a.stop(signal.SIGKILL)
+            assert time.monotonic() - claimed < TIMEOUT_S, "A outlived the deadline: the test proves nothing"
+            fired = {(await on_stream_b.signal("status_timeout", timeout=TIMEOUT_S + 10))["task_id"] for _ in cards}
+            assert fired == {card["id"] for card in cards}
+            breaches = (await on_b.get("/api/v1/breaches?project=demo")).body["items"]
+            assert sorted((item["type"], item["task_id"]) for item in breaches if item["task_id"]) == sorted(
+                ("status_timeout", card["id"]) for card in cards
+            )
+
+            # A later signal of B's own: every earlier one has arrived, none twice.
+            reply = await on_b.post(f"/api/v1/tasks/{cards[0]['id']}/move", {"to": "todo"})
+            assert reply.status == 200, reply.body
+            await on_stream_b.signal("wip_cleared")
+            assert len(of(on_stream_b, "wip_exceeded")) == 1 and len(of(on_stream_b, "status_timeout")) == 2
+            assert len(of(on_stream_a, "wip_exceeded")) == 1, "A heard its own signal again through the database"
+            on_stream_a.close()
+            on_stream_b.close()
+    finally:
+        if a.process is not None and a.process.poll() is None:
+            a.stop()
+        b.stop()

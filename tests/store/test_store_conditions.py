@@ -1,0 +1,182 @@
+"""The column conditions judged by the command hook, once for each engine: the hook reads a
+project's column marks and its column counts in one statement, which both engines must answer
+alike (docs/conditions.md).
+
+Each crossing is kept as an activity row (``persist_conditions``), so what the hook said can be
+read back from the log beside the marks it left.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from services.board.commands import projects, tasks
+from services.board.conditions import marks, temporal
+from services.board.conditions.signals import Signal
+from services.board.conditions.timer import ConditionsEngine
+from services.board.store import Actor, WriterStore
+from shared import events
+from tests.store.engines import open_store
+from tests.support.waiting import async_wait_until
+
+ANN = Actor("human", "ann")
+KEPT = [events.WIP_EXCEEDED, events.WIP_CLEARED, events.LANE_DRAINED, events.LANE_REFILLED]
+
+
+def run(store: WriterStore, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return store.run_command(fn, ANN, *args, **kwargs)[0]
+
+
+def said_since(store: WriterStore, revision: int) -> list[tuple[str, dict[str, Any]]]:
+    """The condition rows appended after ``revision``, in order."""
+    return store.run_query(lambda conn: [
+        (row["event"], orjson.loads(row["changes_json"]))
+        for row in conn.execute(
+            "SELECT event, changes_json FROM task_activities WHERE revision > ? AND actor_kind = 'system'"
+            " ORDER BY revision", (revision,),
+        )
+    ])
+
+
+def head(store: WriterStore) -> int:
+    return int(store.run_query(lambda conn: conn.execute("SELECT revision FROM global_revision").fetchone()[0]))
+
+
+def held(store: WriterStore) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(mark.type, mark.subject): mark.changes for mark in store.run_query(marks.every, "demo")}
+
+
+def test_wip_and_lane_marks_follow_the_column_counts(board: WriterStore) -> None:
+    ConditionsEngine(board, claim_fresh_seconds=600)
+    run(board, projects.update_project, "demo", settings={
+        "wip_limits": {"backlog": 1}, "monitors": {"lanes": ["todo"]}, "persist_conditions": KEPT,
+    })
+    a, _ = run(board, tasks.create_task, project="demo", title="first")
+    b, _ = run(board, tasks.create_task, project="demo", title="second")
+    assert held(board) == {}
+
+    start = head(board)
+    run(board, tasks.move_task, a["id"], to="backlog")
+    assert said_since(board, start) == []
+    start = head(board)
+    run(board, tasks.move_task, b["id"], to="backlog")
+    assert said_since(board, start) == [
+        (events.WIP_EXCEEDED, {"status": "backlog", "count": 2, "limit": 1}),
+        (events.LANE_DRAINED, {"status": "todo", "count": 0}),
+    ]
+    assert held(board) == {
+        (events.WIP_EXCEEDED, "backlog"): {"status": "backlog", "count": 2, "limit": 1},
+        (events.LANE_DRAINED, "todo"): {"status": "todo", "count": 0},
+    }
+
+    start = head(board)
+    run(board, tasks.move_task, a["id"], to="todo")
+    assert said_since(board, start) == [
+        (events.WIP_CLEARED, {"status": "backlog", "count": 1, "limit": 1}),
+        (events.LANE_REFILLED, {"status": "todo", "count": 1}),
+    ]
+    assert held(board) == {}
+
+
+def test_a_mark_on_a_column_the_settings_stop_watching_clears_with_its_count(board: WriterStore) -> None:
+    ConditionsEngine(board, claim_fresh_seconds=600)
+    run(board, projects.update_project, "demo", settings={"wip_limits": {"backlog": 0}, "persist_conditions": KEPT})
+    a, _ = run(board, tasks.create_task, project="demo", title="first", status="backlog")
+    assert set(held(board)) == {(events.WIP_EXCEEDED, "backlog")}
+
+    # The limit is gone: the held mark's column is counted although no setting names it any more,
+    # and it clears with the limit it was exceeded against.
+    start = head(board)
+    run(board, projects.update_project, "demo", settings={"monitors": {"lanes": ["done"]}, "persist_conditions": KEPT})
+    assert said_since(board, start) == [
+        (events.WIP_CLEARED, {"status": "backlog", "count": 1, "limit": 0}),
+        (events.LANE_DRAINED, {"status": "done", "count": 0}),
+    ]
+    assert held(board) == {(events.LANE_DRAINED, "done"): {"status": "done", "count": 0}}
+    assert a["status"] == "backlog"
+
+
+async def test_a_deadline_moved_later_fires_once_at_its_new_time_not_at_the_old_one(board: WriterStore) -> None:
+    """The timer keeps an earlier wake-up rather than moving it after every commit that pushes the
+    earliest deadline back: that wake-up finds nothing due, and the pushed deadline fires at its
+    own time, once."""
+    engine = ConditionsEngine(board, claim_fresh_seconds=600)
+    heard: list[Signal] = []
+    engine.add_signal_listener(heard.append)
+    await engine.start()
+    try:
+        await board.command(projects.update_project, ANN, "demo", settings={"monitors": {"idle_after": 1}})
+        card, _ = await board.command(tasks.create_task, ANN, project="demo", title="waits")
+        # Activity on the card: its idle deadline moves later while the first one is still armed.
+        touched = await board.command(tasks.update_task, ANN, card["id"], title="waits, touched")
+        assert touched["updated_at"] > card["created_at"] and engine.armed == 1
+
+        async def fired() -> bool:
+            return any(signal.type == events.CARD_IDLE for signal in heard)
+
+        await async_wait_until(fired, timeout=10, what="card_idle")
+        idle = [signal for signal in heard if signal.type == events.CARD_IDLE]
+        assert [signal.changes["since"] for signal in idle] == [touched["updated_at"]]
+        assert temporal.posix(idle[0].at) >= temporal.posix(touched["updated_at"]) + 1
+        assert engine.armed == 0
+    finally:
+        await engine.stop()
+
+
+def test_marks_another_store_wrote_are_judged_by_the_next_command_here(
+    board: WriterStore, engine: str, tmp_path: Path, database_url: str | None,
+) -> None:
+    """Two stores on one database, each with its engine (two board processes on PostgreSQL; a
+    script beside the board on SQLite): what one's commands marked, the other's next command
+    judges against — it clears the mark, and crosses again once, not twice."""
+    ConditionsEngine(board, claim_fresh_seconds=600)
+    run(board, projects.update_project, "demo", settings={"wip_limits": {"backlog": 1}, "persist_conditions": KEPT})
+    a, _ = run(board, tasks.create_task, project="demo", title="first")
+    b, _ = run(board, tasks.create_task, project="demo", title="second")
+    other = open_store(engine, tmp_path, database_url)
+    other.open()
+    try:
+        ConditionsEngine(other, claim_fresh_seconds=600)
+        start = head(board)
+        run(other, tasks.move_task, a["id"], to="backlog")
+        run(other, tasks.move_task, b["id"], to="backlog")
+        assert said_since(board, start) == [(events.WIP_EXCEEDED, {"status": "backlog", "count": 2, "limit": 1})]
+
+        start = head(board)
+        run(board, tasks.move_task, b["id"], to="todo")
+        assert said_since(board, start) == [(events.WIP_CLEARED, {"status": "backlog", "count": 1, "limit": 1})]
+        assert held(board) == {}
+
+        start = head(board)
+        run(other, tasks.move_task, b["id"], to="backlog")
+        run(board, tasks.update_task, a["id"], title="first, renamed")
+        assert said_since(board, start) == [(events.WIP_EXCEEDED, {"status": "backlog", "count": 2, "limit": 1})]
+        assert set(held(board)) == {(events.WIP_EXCEEDED, "backlog")}
+    finally:
+        other.close()
+
+
+def test_settings_changed_through_another_store_are_what_the_next_command_here_judges_by(
+    board: WriterStore, engine: str, tmp_path: Path, database_url: str | None
+) -> None:
+    """Each engine caches a project's settings between commands. A limit lowered through another
+    store on the same database (another board process on PostgreSQL, a script on SQLite) must hold
+    for this one's very next command: the head under the write lock says someone else committed."""
+    ConditionsEngine(board, claim_fresh_seconds=600)
+    run(board, projects.update_project, "demo", settings={"wip_limits": {"backlog": 5}, "persist_conditions": KEPT})
+    a, _ = run(board, tasks.create_task, project="demo", title="first")
+    b, _ = run(board, tasks.create_task, project="demo", title="second")
+    run(board, tasks.move_task, a["id"], to="backlog")  # judged by a limit of 5: now cached here
+    other = open_store(engine, tmp_path, database_url)
+    other.open()
+    try:
+        ConditionsEngine(other, claim_fresh_seconds=600)
+        run(other, projects.update_project, "demo", settings={"wip_limits": {"backlog": 1}, "persist_conditions": KEPT})
+        start = head(board)
+        run(board, tasks.move_task, b["id"], to="backlog")
+        assert said_since(board, start) == [(events.WIP_EXCEEDED, {"status": "backlog", "count": 2, "limit": 1})]
+    finally:
+        other.close()
