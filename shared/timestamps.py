@@ -10,6 +10,10 @@ TIMESTAMP_LENGTH = 24
 
 def format_timestamp(moment: datetime) -> str:
     moment = moment.astimezone(UTC)
+    if moment.year >= 1000:
+        # Every commit stamps one: isoformat writes the same text at a fraction of strftime's cost
+        # (it pads a year below 1000 to four digits, where strftime does not).
+        return moment.isoformat(timespec="milliseconds")[:23] + "Z"
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 

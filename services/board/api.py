@@ -7,10 +7,11 @@ unknown query parameters or body fields are refused by name before a handler run
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from aiohttp import web
@@ -242,8 +243,25 @@ ACTOR_KIND_HEADER = "X-Taskloom-Actor-Kind"
 
 def resolve_actor(request: web.Request) -> Actor:
     """Headers, then the token's configured default actor, else 403 ACTOR_REQUIRED (SPEC §4.1)."""
-    actor_id = request.headers.get(ACTOR_HEADER, "").strip()
-    kind = request.headers.get(ACTOR_KIND_HEADER, "").strip() or "human"
+    raw_id, raw_kind = request.headers.get(ACTOR_HEADER, ""), request.headers.get(ACTOR_KIND_HEADER, "")
+    judge = _judged_actor if len(raw_id) + len(raw_kind) <= _JUDGED_MAX_CHARS else header_actor
+    actor = judge(raw_id, raw_kind)
+    if actor is not None:
+        return actor
+    default = request.app.get(DEFAULT_ACTOR)
+    if default is not None:
+        return default
+    raise TaskloomError(
+        "ACTOR_REQUIRED",
+        f"every write names its actor: send {ACTOR_HEADER} (and {ACTOR_KIND_HEADER})",
+        hint="taskctl fills these from --actor/--actor-kind or TASKLOOM_ACTOR/TASKLOOM_ACTOR_KIND",
+    )
+
+
+def header_actor(raw_id: str, raw_kind: str) -> Actor | None:
+    """The actor the headers name, None when they name none, or the refusal of a bad one."""
+    actor_id = raw_id.strip()
+    kind = raw_kind.strip() or "human"
     if actor_id:
         if not (_is_utf8(actor_id) and _is_utf8(kind)):
             # aiohttp hands undecodable header bytes over as surrogates, which neither SQLite nor
@@ -263,14 +281,14 @@ def resolve_actor(request: web.Request) -> Actor:
                 value=kind,
             )
         return Actor(kind, actor_id)
-    default = request.app.get(DEFAULT_ACTOR)
-    if default is not None:
-        return default
-    raise TaskloomError(
-        "ACTOR_REQUIRED",
-        f"every write names its actor: send {ACTOR_HEADER} (and {ACTOR_KIND_HEADER})",
-        hint="taskctl fills these from --actor/--actor-kind or TASKLOOM_ACTOR/TASKLOOM_ACTOR_KIND",
-    )
+    return None
+
+
+#: A client sends the same two headers on every request: they are judged once per pair, not per
+#: request. Bounded in entries and in the length of what is kept, so endless or huge distinct
+#: values only churn it; a refusal is raised each time, never cached.
+_judged_actor = functools.lru_cache(maxsize=256)(header_actor)
+_JUDGED_MAX_CHARS: Final = 2 * (limits.ACTOR_ID_MAX_CHARS + limits.ACTOR_KIND_MAX_CHARS)
 
 
 def _is_utf8(text: str) -> bool:
@@ -289,18 +307,30 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     its Content-Length alone: a refusal that leaves megabytes in flight makes aiohttp linger on
     the connection for its full lingering time (10 s) before it can close it.
     """
+    content = request.content
+    if content.is_eof():
+        # The whole body is buffered already (a small one arrives with its head, or right after):
+        # taken at once, without an iterator and a chunk list per request.
+        data = content.read_nowait()
+        if len(data) > limit:
+            raise body_too_large(request, limit)
+        return data
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
+    async for chunk in content.iter_chunked(64 * 1024):
         size += len(chunk)
         if size > limit:
-            raise TaskloomError(
-                "PAYLOAD_TOO_LARGE",
-                f"the request body exceeds {limit} bytes",
-                details={"limit": limit, "content_length": request.content_length},
-            )
+            raise body_too_large(request, limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def body_too_large(request: web.Request, limit: int) -> TaskloomError:
+    return TaskloomError(
+        "PAYLOAD_TOO_LARGE",
+        f"the request body exceeds {limit} bytes",
+        details={"limit": limit, "content_length": request.content_length},
+    )
 
 
 def parse_json(data: bytes) -> Any:
@@ -311,8 +341,11 @@ def parse_json(data: bytes) -> Any:
 
 
 def to_aiohttp(route: Route, store_key: web.AppKey[WriterStore]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    # Without a query string only a required parameter can be missing: most requests skip parsing.
+    query_required = any(spec.required for spec in route.query.values())
+
     async def handle(request: web.Request) -> web.StreamResponse:
-        query = check_query(request.query, route.query)
+        query = check_query(request.query, route.query) if request.query_string or query_required else {}
         body: dict[str, Any] = {}
         if route.body is not None:
             body = check_body(parse_json(await read_body(request, route.max_body)), route.body)

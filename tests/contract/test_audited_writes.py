@@ -35,6 +35,8 @@ EXEMPT_HELPERS: dict[tuple[str, str], str] = {
         "the bytes of a PostgreSQL board move with the attachment_added/attachment_updated row naming their digest",
     ("services/board/commands/common.py", "set_status"):
         "the status column moves with the caller's task_moved/task_claimed/task_reopened/... row",
+    ("services/board/commands/common.py", "write_task"):
+        "the task's columns move with the caller's task_updated/task_claimed/task_heartbeat/task_archived row",
     ("services/board/commands/state_import.py", "_insert"):
         "the imported rows move with the import's one import_completed row, written last in the same transaction",
 }

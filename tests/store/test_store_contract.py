@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from services.board.commands import projects, tasks
+from services.board.commands import projects, relations, tasks
 from services.board.queries.activities import replay_after
+from services.board.queries.tasks import get_task
 from services.board.store import Actor, Tx, WriterStore
 from shared import events
 from shared.errors import TaskloomError, validation
@@ -121,6 +122,53 @@ def test_a_no_op_command_appends_nothing(board: WriterStore, raw: Raw) -> None:
     result, revisions = board.run_command(tasks.update_task, ANN, task["id"], title="Write the docs")
     assert revisions == [] and result["version"] == 1
     assert counts(raw) == before
+
+
+def test_an_update_or_a_move_answers_the_task_as_a_fresh_read_shows_it(board: WriterStore) -> None:
+    """The commands build their answer from the row they read and wrote, reading back only the
+    revision the stamp trigger set: it must be the row, field for field, a new read finds."""
+    epic = new_task(board, "Epic", kind="epic")
+    blocker = new_task(board, "Blocker")
+    task = new_task(board, "Child", parent=epic["id"], labels=["docs"])
+    run(board, relations.add_relation, blocker["id"], type="blocks", target=task["id"])
+    steps: list[tuple[Any, dict[str, Any]]] = [
+        (tasks.update_task, {"title": "Child, renamed", "labels": ["docs", "ui"], "meta": {"source": "x", "n": 1.5},
+                             "assignee_kind": "claude", "assignee_id": "cc"}),
+        (tasks.update_task, {"description": "Longer", "priority": "high"}),
+        (tasks.move_task, {"to": "backlog"}),
+        (tasks.move_task, {"to": "todo"}),
+        (tasks.move_task, {"to": "blocked", "reason": "waiting on the blocker"}),
+        (tasks.move_task, {"to": "canceled", "reason": "not needed after all"}),  # the epic's rollup runs
+    ]
+    previous = board.run_query(get_task, task["id"])
+    for command, fields in steps:
+        answer = run(board, command, task["id"], **fields)
+        assert answer == board.run_query(get_task, task["id"])
+        assert answer["blocked_by"] == [blocker["identifier"]]
+        assert answer["revision"] > previous["revision"] and answer["version"] == previous["version"] + 1
+        previous = answer
+
+
+def test_the_lifecycle_verbs_answer_the_task_as_a_fresh_read_shows_it(board: WriterStore) -> None:
+    epic = new_task(board, "Epic", kind="epic")
+    task = new_task(board, "Child", parent=epic["id"], labels=["docs"])
+    bob = Actor("codex", "bob")
+    steps: list[tuple[Any, Actor, dict[str, Any]]] = [
+        (tasks.claim_task, ANN, {}),  # todo → in_progress; the epic auto-starts
+        (tasks.heartbeat_task, ANN, {}),
+        (tasks.claim_task, bob, {"stale_seconds": -1}),  # a stale claim taken over
+        (tasks.move_task, bob, {"to": "canceled", "reason": "not needed after all"}),
+        (tasks.reopen_task, bob, {"reason": "needed after all"}),
+        (tasks.move_task, bob, {"to": "canceled", "reason": "not needed after all"}),
+        (tasks.archive_task, bob, {}),
+    ]
+    previous = board.run_query(get_task, task["id"])
+    for command, actor, fields in steps:
+        answer = run(board, command, task["id"], actor=actor, **fields)
+        assert answer == board.run_query(get_task, task["id"]), command.__name__
+        assert answer["revision"] > previous["revision"]
+        previous = answer
+    assert previous["archived_at"] is not None and previous["labels"] == ["docs"]
 
 
 def test_commands_from_many_coroutines_serialise_on_the_writer(board: WriterStore) -> None:

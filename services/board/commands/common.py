@@ -16,7 +16,7 @@ from shared import domain, limits
 from shared.errors import TaskloomError, validation
 
 from ..dialect import Row
-from ..queries.tasks import require_task
+from ..queries.tasks import TaskRow, require_task
 from ..store import Tx
 
 LABEL_MAX_CHARS = limits.LABEL_MAX_CHARS
@@ -133,8 +133,9 @@ def check_actor(kind: str | None, actor_id: str | None, field: str) -> None:
     check_text(actor_id, field=f"{field}_id", limit=limits.ACTOR_ID_MAX_CHARS)
 
 
-def set_status(tx: Tx, task: Row, to: str, **columns: Any) -> None:
-    """Write a status change and its bookkeeping columns (audited by the caller).
+def set_status(tx: Tx, task: TaskRow, to: str, **columns: Any) -> dict[str, Any]:
+    """Write a status change and its bookkeeping columns (audited by the caller); returns the
+    row as written (``as_written``), to be ``stamped`` with the revision of the caller's row.
 
     Leaving ``in_review`` for anything but ``done`` starts the next delivery round; entering a
     terminal status stamps ``terminal_at`` and ends any claim.
@@ -156,6 +157,41 @@ def set_status(tx: Tx, task: Row, to: str, **columns: Any) -> None:
     values.update(columns)
     assignments = ", ".join(f"{name} = :{name}" for name in values)
     tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
+    return as_written(task, values)
+
+
+def write_task(tx: Tx, task: TaskRow, values: dict[str, Any]) -> dict[str, Any]:
+    """``UPDATE tasks SET values`` on ``task`` (audited by the caller); returns the row as written."""
+    assignments = ", ".join(f"{name} = :{name}" for name in values)
+    tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
+    return as_written(task, values)
+
+
+def as_written(task: TaskRow, values: dict[str, Any]) -> dict[str, Any]:
+    """``task`` after ``UPDATE tasks SET values``, as reading the row again would return it once
+    ``stamped`` has given it the revision its update took (``None`` until then).
+
+    ``task`` was read in this transaction, which holds the write lock, so no other writer changed
+    it in between, and the update changed nothing else but the stamp: building the row here saves
+    a second read of it per command.
+    """
+    row = dict(task) if isinstance(task, dict) else dict(zip(task.keys(), task))
+    row.update(values)
+    row["revision"] = None
+    return row
+
+
+def stamped(row: dict[str, Any], revision: int) -> dict[str, Any]:
+    """``row`` (``as_written``) with the revision its update was stamped with, from ``revision``, the
+    revision of the first activity row the command appended after writing it.
+
+    On either engine the stamp trigger of a task update takes the next global revision once (the
+    schema's ``tasks_stamp_update``) and that activity row the one after: nothing in between bumps
+    it (the actor and label tables have no stamp). Reading the revision back instead would be one
+    more statement on the writer for every command.
+    """
+    row["revision"] = revision - 1
+    return row
 
 
 def written(row: Row | None) -> Row:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from shared import domain, events
 
 from ..dialect import Row
+from ..queries.tasks import TaskRow
 from ..store import SYSTEM_ACTOR, Tx
 from .common import new_id, reload, set_status
 
@@ -41,7 +42,7 @@ def auto_start_parents(tx: Tx, child: Row, *, source: str) -> None:
         )
 
 
-def after_terminal(tx: Tx, child: Row) -> None:
+def after_terminal(tx: Tx, child: TaskRow) -> None:
     """When an epic's last open child becomes terminal, summarise and deliver the epic."""
     for epic in parent_epics(tx, child["id"]):
         if epic["status"] not in ("in_progress", "blocked") or epic["archived_at"] is not None:

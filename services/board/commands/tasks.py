@@ -32,7 +32,9 @@ from .common import (
     reload,
     require_reason,
     set_status,
+    stamped,
     touch_actor,
+    write_task,
 )
 
 #: Task fields ``update`` may patch; status has its own commands.
@@ -231,11 +233,10 @@ def update_task(tx: Tx, ref: str, *, if_version: int | None = None, **patch: Any
 
     values = {_COLUMNS.get(name, name): (dumps(patch[name]) if name in _COLUMNS else patch[name]) for name in changed}
     values.update(version=task["version"] + 1, updated_at=tx.now)
-    assignments = ", ".join(f"{column} = :{column}" for column in values)
-    tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
+    updated = write_task(tx, task, values)
 
     shown = [name for name in changed if _short(current[name]) and _short(patch[name])]
-    tx.record(
+    revision = tx.record(
         events.TASK_UPDATED,
         events.task_updated(
             fields=changed,
@@ -247,7 +248,7 @@ def update_task(tx: Tx, ref: str, *, if_version: int | None = None, **patch: Any
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_resource(tx.conn, reload(tx, task["id"]))
+    return task_resource(tx.conn, stamped(updated, revision))
 
 
 def _age_seconds(tx: Tx, stamp: str | None) -> float:
@@ -316,13 +317,12 @@ def claim_task(
         assignee_kind=me.kind, assignee_id=me.id,
     )
     if task["status"] == "todo":
-        set_status(tx, task, "in_progress", **columns)
+        claimed = set_status(tx, task, "in_progress", **columns)
     else:
         columns.update(version=task["version"] + 1, updated_at=tx.now)
-        assignments = ", ".join(f"{name} = :{name}" for name in columns)
-        tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**columns, "_id": task["id"]})
+        claimed = write_task(tx, task, columns)
     touch_actor(tx, me.kind, me.id)
-    tx.record(
+    revision = tx.record(
         events.TASK_CLAIMED,
         events.task_claimed(
             from_=task["status"], to="in_progress", stole_from=stole_from,
@@ -332,7 +332,8 @@ def claim_task(
         project_id=task["project_id"],
     )
     rollup.auto_start_parents(tx, task, source="claim")
-    return task_resource(tx.conn, reload(tx, task["id"]))
+    # The epics' auto-start leaves this row as written.
+    return task_resource(tx.conn, stamped(claimed, revision))
 
 
 def heartbeat_task(tx: Tx, ref: str) -> dict[str, Any]:
@@ -345,9 +346,11 @@ def heartbeat_task(tx: Tx, ref: str) -> dict[str, Any]:
             details={"status": task["status"], "claimed_by": task["claimed_by"]},
             hint=f"claim it again (taskctl task claim {task['identifier']})",
         )
-    tx.execute("UPDATE tasks SET heartbeat_at = ? WHERE id = ?", (tx.now, task["id"]))
-    tx.record(events.TASK_HEARTBEAT, events.task_heartbeat(heartbeat_at=tx.now), task_id=task["id"], project_id=task["project_id"])
-    return task_resource(tx.conn, reload(tx, task["id"]))
+    beaten = write_task(tx, task, {"heartbeat_at": tx.now})
+    revision = tx.record(
+        events.TASK_HEARTBEAT, events.task_heartbeat(heartbeat_at=tx.now), task_id=task["id"], project_id=task["project_id"]
+    )
+    return task_resource(tx.conn, stamped(beaten, revision))
 
 
 def check_move(task: Row, to: str) -> None:
@@ -456,9 +459,8 @@ def move_task(
         columns["blocked_reason"] = reason
     if to == "in_review":
         columns["delivered_by"] = tx.actor.id
-    set_status(tx, task, to, **columns)
-    moved = reload(tx, task["id"])
-    tx.record(
+    moved = set_status(tx, task, to, **columns)
+    revision = tx.record(
         events.TASK_MOVED,
         events.task_moved(
             from_=task["status"],
@@ -472,9 +474,10 @@ def move_task(
         task_id=task["id"],
         project_id=task["project_id"],
     )
+    moved = stamped(moved, revision)
     if to in domain.TERMINAL:
         rollup.after_terminal(tx, moved)
-    # Neither the activity row nor the epic rollup touches this task's row: ``moved`` is current.
+    # The epic rollup does not touch this task's row: ``moved`` is current.
     return task_resource(tx.conn, moved)
 
 
@@ -490,14 +493,16 @@ def reopen_task(tx: Tx, ref: str, *, reason: str, if_version: int | None = None)
         )
     reason = require_reason(reason, "reopening")
     next_round = task["delivery_round"] + 1
-    set_status(tx, task, "todo", delivery_round=next_round, terminal_at=None, waiver_reason=None, delivered_by=None)
-    tx.record(
+    reopened = set_status(
+        tx, task, "todo", delivery_round=next_round, terminal_at=None, waiver_reason=None, delivered_by=None
+    )
+    revision = tx.record(
         events.TASK_REOPENED,
         events.task_reopened(from_=task["status"], to="todo", reason=reason, delivery_round=next_round),
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_resource(tx.conn, reload(tx, task["id"]))
+    return task_resource(tx.conn, stamped(reopened, revision))
 
 
 def archive_task(tx: Tx, ref: str, *, quiet_seconds: float = 0.0, if_version: int | None = None) -> dict[str, Any]:
@@ -518,14 +523,11 @@ def archive_task(tx: Tx, ref: str, *, quiet_seconds: float = 0.0, if_version: in
         )
     labels = task_to_dict(task)["labels"]
     apply_labels(tx, task["project_id"], labels, [])
-    tx.execute(
-        "UPDATE tasks SET archived_at = ?, version = version + 1, updated_at = ? WHERE id = ?",
-        (tx.now, tx.now, task["id"]),
-    )
-    tx.record(
+    archived = write_task(tx, task, {"archived_at": tx.now, "version": task["version"] + 1, "updated_at": tx.now})
+    revision = tx.record(
         events.TASK_ARCHIVED,
         events.task_archived(from_=task["status"], archived_at=tx.now, labels_released=labels or None),
         task_id=task["id"],
         project_id=task["project_id"],
     )
-    return task_resource(tx.conn, reload(tx, task["id"]))
+    return task_resource(tx.conn, stamped(archived, revision))

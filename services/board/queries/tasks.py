@@ -26,9 +26,13 @@ TASK_FIELDS = (
 _RANKS = tuple(reversed(domain.PRIORITIES))
 
 
-def task_to_dict(row: Row) -> dict[str, Any]:
+#: A task row as read, or as a command wrote it (``commands.common.write_task``: column → value).
+TaskRow = Row | dict[str, Any]
+
+
+def task_to_dict(row: TaskRow) -> dict[str, Any]:
     # One C-level pass over the row: a lookup by name on Row scans the column names.
-    values = dict(zip(row.keys(), row))
+    values = row if isinstance(row, dict) else dict(zip(row.keys(), row))
     task = {name: values[name] for name in TASK_FIELDS}
     task["labels"] = orjson.loads(values["labels_json"])
     task["meta"] = orjson.loads(values["meta_json"])
@@ -45,7 +49,7 @@ def blockers_of(conn: Connection, task_ids: list[str]) -> dict[str, list[str]]:
     return found
 
 
-def task_resource(conn: Connection, row: Row) -> dict[str, Any]:
+def task_resource(conn: Connection, row: TaskRow) -> dict[str, Any]:
     """A task as the API answers it: its fields and its open blockers (``blocked_by``)."""
     task = task_to_dict(row)
     task["blocked_by"] = rules.open_blockers(conn, task["id"])
