@@ -15,10 +15,15 @@ def signal(n: int, blockers: int = 1) -> Signal:
 
 
 def test_signals_and_deadlines_come_back_as_they_were() -> None:
-    effects = [signal(1), Deadlines("t1", (("status_timeout", "in_review@r7", 1893583260.25),)), Deadlines("t2", ())]
+    effects = [signal(1), Deadlines("t1", (("status_timeout", "in_review@r7", 1893583260.25),))]
     notes = peer_notes(effects, 42)
     assert len(notes) == 1
     assert read_peer_note(notes[0]) == (42, effects)
+
+
+def test_a_card_left_with_no_deadline_is_not_sent() -> None:
+    """A commit on a board without temporal conditions sends nothing to the other processes."""
+    assert peer_notes([Deadlines("t1", ()), Deadlines("t2", ())], 5) == []
 
 
 def test_a_large_batch_is_split_under_the_payload_limit_in_order() -> None:

@@ -252,8 +252,12 @@ class ConditionsEngine:
 
 def peer_notes(effects: list[Any], head: int) -> list[str]:
     """A batch's signals and deadlines as notification payloads of at most ``PEER_NOTE_BYTES``.
-    One effect too large for a notification by itself (a card with hundreds of blockers) is left
-    out and logged: the other processes' streams miss that signal, ``/breaches`` still has it."""
+
+    A card whose deadlines are now none is not sent: another process that still has it armed
+    fires a transaction that finds the state moved on and fires nothing, so on a board without
+    temporal conditions a commit sends nothing at all. One effect too large for a notification by
+    itself (a card with hundreds of blockers) is left out and logged: the other processes' streams
+    miss that signal, ``/breaches`` still has it."""
     notes: list[str] = []
     items: list[bytes] = []
     size = 0
@@ -261,7 +265,7 @@ def peer_notes(effects: list[Any], head: int) -> list[str]:
     for effect in effects:
         if isinstance(effect, Signal):
             item = orjson.dumps(["s", effect.type, effect.project_id, effect.task_id, effect.changes, effect.at])
-        elif isinstance(effect, Deadlines):
+        elif isinstance(effect, Deadlines) and effect.entries:
             item = orjson.dumps(["d", effect.task_id, effect.entries])
         else:
             continue
