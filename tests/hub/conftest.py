@@ -60,6 +60,14 @@ class RawClient:
         assert welcome["type"] == "welcome", welcome
         return client
 
+    @classmethod
+    async def following(cls, hub: Hub, **kw: Any) -> RawClient:
+        """A greeted session that follows the live stream from now (``follow``, idle heartbeats off)."""
+        raw = await cls.greeted(hub, **kw)
+        await raw.send(hp.follow(idle_ms=0))
+        await raw.recv_type("open")
+        return raw
+
     def throttle_on(self, hub: Hub) -> None:
         """Shrink the hub's send buffers for this connection, so not reading blocks it quickly."""
         local = self.writer.get_extra_info("sockname")

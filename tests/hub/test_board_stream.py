@@ -9,7 +9,6 @@ import asyncio
 import pytest
 
 from services.hub.board_stream import MAX_CHUNK_LINE, BodyDecoder, Head, StreamFailed, parse_head
-from shared import hub_protocol as hp
 from tests.support.board import BoardClient, RunningBoard
 
 from .conftest import RawClient, hub_caught_up, make_task, start_hub, write_rows
@@ -127,9 +126,7 @@ async def test_a_board_stream_split_at_every_byte_delivers_every_event_once_in_o
     try:
         task = await make_task(client)
         await hub_caught_up(hub, board)
-        raw = await RawClient.greeted(hub)
-        await raw.send(hp.follow(idle_ms=0))
-        await raw.recv_type("open")
+        raw = await RawClient.following(hub)
         written = await write_rows(board, task, 20, size=100)
         assert [m["revision"] for m in await raw.events(20)] == written
         assert hub._link.connects == 1  # noqa: SLF001 - no reconnect was needed to get there

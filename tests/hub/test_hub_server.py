@@ -139,9 +139,7 @@ async def test_idle_ends_the_stream(hub: Hub, board: RunningBoard) -> None:
 
 
 async def test_ping_answers_while_following(hub: Hub, board: RunningBoard) -> None:
-    raw = await RawClient.greeted(hub)
-    await raw.send(hp.follow(idle_ms=0))
-    await raw.recv_type("open")
+    raw = await RawClient.following(hub)
     await raw.send(hp.ping())
     pong = await raw.recv_type("pong")
     assert pong["clients"] == 1
@@ -253,19 +251,24 @@ async def test_a_two_mib_line_closes_the_session(hub: Hub, board: RunningBoard) 
     assert await activity_count(board) == before
 
 
+async def parked_follower(hub: Hub) -> RawClient:
+    """The hub's only follower, once its writer has sent everything and waits for more."""
+    raw = await RawClient.following(hub)
+    (connection,) = hub.followers
+    await async_wait_until(lambda: _true(connection._writer_parked), what="the writer to park")  # noqa: SLF001
+    return raw
+
+
 async def test_a_line_already_queued_leaves_before_a_live_event(hub: Hub, board: RunningBoard, client: BoardClient) -> None:
     """The fan-out's direct write must not overtake what the follower's writer has not sent yet
     (a pong, a heartbeat, a reset queued in the same loop turn)."""
     task = await make_task(client)
     await hub_caught_up(hub, board)
-    raw = await RawClient.greeted(hub)
-    await raw.send(hp.follow(idle_ms=0))
-    await raw.recv_type("open")
-    (connection,) = hub.followers
-    await async_wait_until(lambda: _true(connection._writer_parked), what="the writer to park")  # noqa: SLF001
+    raw = await parked_follower(hub)
     revision = (hub.revision or 0) + 1
     activity = {"id": revision, "revision": revision, "task_id": task["id"], "event": "comment_added"}
     # One synchronous turn, as when a ping's answer and a board frame meet in one loop iteration.
+    (connection,) = hub.followers
     connection.send(hub.pong())
     hub.board_event(revision, activity)
     hub.board_flush()
@@ -312,11 +315,7 @@ async def test_one_board_read_larger_than_the_outbox_is_caught_up_from_the_ring(
     try:
         task = await make_task(client)
         await hub_caught_up(hub, board)
-        raw = await RawClient.greeted(hub)
-        await raw.send(hp.follow(idle_ms=0))
-        await raw.recv_type("open")
-        (connection,) = hub.followers
-        await async_wait_until(lambda: _true(connection._writer_parked), what="the writer to park")  # noqa: SLF001
+        raw = await parked_follower(hub)
         first = (hub.revision or 0) + 1
         revisions = list(range(first, first + 6))
         for revision in revisions:  # one read from the board, as the link hands it on
@@ -393,9 +392,7 @@ async def test_a_different_board_behind_the_same_url_is_a_reset(tmp_path: Path) 
     port = int(first.url.rsplit(":", 1)[1])
     hub = await start_hub(first.url, first.token)
     try:
-        raw = await RawClient.greeted(hub)
-        await raw.send(hp.follow(idle_ms=0))
-        await raw.recv_type("open")
+        raw = await RawClient.following(hub)
         old_id = hub.board_id
         await first.runner.cleanup()
         # Another board file, same address and token: the hub must not trust its cursor there.
@@ -434,9 +431,7 @@ async def test_a_board_restored_to_an_older_revision_is_a_reset(tmp_path: Path) 
             await write_rows_http(client, task, 3)
             head = (await client.get("/api/v1/meta")).body["revision"]
             await async_wait_until(lambda: _true(hub.revision is not None and hub.revision >= head), what="the hub")
-            raw = await RawClient.greeted(hub)
-            await raw.send(hp.follow(idle_ms=0))
-            await raw.recv_type("open")
+            raw = await RawClient.following(hub)
             await runner.cleanup()
             # The same board_id comes back from a backup: the hub's cursor is ahead of its head.
             shutil.rmtree(tmp_path / "a")
@@ -472,9 +467,7 @@ async def test_a_cursor_the_board_has_compacted_is_a_reset(tmp_path: Path) -> No
             client = BoardClient(first.url, first.token, session)
             task = await make_task(client)
             await hub_caught_up(hub, first)
-            raw = await RawClient.greeted(hub)
-            await raw.send(hp.follow(idle_ms=0))
-            await raw.recv_type("open")
+            raw = await RawClient.following(hub)
             await first.runner.cleanup()
             # While the board is away, rows are written and retention compacts past the hub's cursor.
             store = SqliteStore(tmp_path / "a" / "board.sqlite")
@@ -560,9 +553,7 @@ async def test_a_board_connection_gone_silent_is_replaced(board: RunningBoard, c
     try:
         task = await make_task(client)
         await hub_caught_up(hub, board)
-        raw = await RawClient.greeted(hub)
-        await raw.send(hp.follow(idle_ms=0))
-        await raw.recv_type("open")
+        raw = await RawClient.following(hub)
         streams = hub._link.connects  # noqa: SLF001 - how many times the link opened a stream
         proxy.freeze()  # no FIN, no RST, no pings: only a watchdog notices
         written = await write_rows(board, task, 3)

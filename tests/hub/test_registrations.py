@@ -454,9 +454,7 @@ async def test_a_blocker_finishing_or_reopening_refreshes_the_card_it_blocks(
     raw = await kept_brief(whub, board, card, out)
     open_line, none_line = f"\nblocked_by: [{blocker['identifier']}]\n", "\nblocked_by: []\n"
     assert open_line in out.read_text()
-    signals = await RawClient.greeted(whub)
-    await signals.send(hp.follow(idle_ms=0))
-    await signals.recv_type("open")
+    signals = await RawClient.following(whub)
 
     async def kept_brief_says(line: str, signal: str) -> None:
         async def refreshed() -> None:
