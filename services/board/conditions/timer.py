@@ -62,8 +62,10 @@ class ConditionsEngine:
         #: (deadline, fired at) of the last fires, POSIX seconds (bench and tests read it).
         self.fired: list[tuple[float, float]] = []
         self._configs: instant.ConfigCache = {}
-        #: task id → the head of the commit whose ``Deadlines`` armed it: a peer's older word
-        #: arriving after a newer commit's is not applied.
+        #: task id → the head of the commit whose ``Deadlines`` armed it, for the cards armed now
+        #: (board processes sharing a database only): a peer's older word arriving after a newer
+        #: commit's must not replace it. A card disarmed or fired is forgotten: an older arming
+        #: arriving then is only stale, and its fire transaction finds the state moved on.
         self._armed_at: dict[str, int] = {}
         store.command_hook = self._hook
         store.add_effects_listener(self._on_effects)
@@ -93,9 +95,13 @@ class ConditionsEngine:
                     except Exception:
                         log.exception("signal_listener_failed", type=effect.type)
             elif isinstance(effect, Deadlines):
-                if head >= self._armed_at.get(effect.task_id, 0):
+                if head < self._armed_at.get(effect.task_id, 0):
+                    continue  # a peer's older word: a later commit armed this card since
+                self._arm(effect)
+                if effect.entries and self.store.serves_peers:
                     self._armed_at[effect.task_id] = head
-                    self._arm(effect)
+                else:
+                    self._armed_at.pop(effect.task_id, None)
         self._schedule()
 
     def _on_peer(self, note: str) -> None:
@@ -213,6 +219,7 @@ class ConditionsEngine:
                 self._armed_count -= 1
             if not entries:
                 self._armed.pop(task_id, None)
+                self._armed_at.pop(task_id, None)
             due.append((task_id, type_, episode))
             deadlines.append(deadline)
         if due:
