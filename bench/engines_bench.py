@@ -29,7 +29,7 @@ import aiohttp
 import orjson
 
 from bench.http_bench import client_loop
-from bench.support import Board, follow_board, start_board
+from bench.support import Board, cancel_all, follow_board, start_board
 
 COMMAND = ".venv/bin/python -m bench engines"
 CLIENTS = 16
@@ -113,9 +113,7 @@ async def write_to_frame(writer: Board, reader: Board) -> list[float]:
                     raise RuntimeError("a stream did not get its frame within 10 s")
                 await asyncio.sleep(0.001)
             latencies.extend(seen[task_id] - sent for seen in arrivals)
-        for task in readers:
-            task.cancel()
-        await asyncio.gather(*readers, return_exceptions=True)
+        await cancel_all(readers)
     return latencies
 
 

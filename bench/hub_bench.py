@@ -38,7 +38,16 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench.support import follow_board, follow_hub, hub_session, isolated_env, run_async, start_board, start_hub
+from bench.support import (
+    cancel_all,
+    follow_board,
+    follow_hub,
+    hub_session,
+    isolated_env,
+    run_async,
+    start_board,
+    start_hub,
+)
 from shared import hub_protocol as hp
 
 COMMAND = ".venv/bin/python -m bench hub"
@@ -203,9 +212,7 @@ async def run(folder: Path) -> list[tuple[str, str, str]]:
             rows.append((f"ring replay of {REPLAY_FRAMES} frames to a new follower",
                          f"median {statistics.median(timings):.1f} ms (min {min(timings):.1f}, max {max(timings):.1f})",
                          "≤ 50 ms"))
-            for consumer in consumers:
-                consumer.cancel()
-            await asyncio.gather(*consumers, return_exceptions=True)
+            await cancel_all(consumers)
     finally:
         hub.stop()
         board.stop()

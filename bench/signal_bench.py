@@ -22,7 +22,16 @@ import aiohttp
 import orjson
 
 from bench.hub_bench import percentile
-from bench.support import Service, follow_board, follow_hub, isolated_env, run_async, start_board, start_hub
+from bench.support import (
+    Service,
+    cancel_all,
+    follow_board,
+    follow_hub,
+    isolated_env,
+    run_async,
+    start_board,
+    start_hub,
+)
 
 COMMAND = ".venv/bin/python -m bench signal"
 FOLLOWERS = 50
@@ -107,9 +116,7 @@ async def run(folder: Path) -> list[tuple[str, str]]:
                 await asyncio.sleep(0.05)
             cpu = hub.cpu_seconds() - cpu_before
     finally:
-        for task in consumers:
-            task.cancel()
-        await asyncio.gather(*consumers, return_exceptions=True)
+        await cancel_all(consumers)
         if hub is not None:
             hub.stop()
         board.stop()

@@ -319,6 +319,13 @@ async def follow_hub(port: int, token: str, opened: asyncio.Event,
         stream.close()
 
 
+async def cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    """Stop the followers a bench started and wait until they are gone (their errors are theirs)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def run_async(main: Coroutine[Any, Any, T]) -> T:
     """``main`` on uvloop where it is installed (as the services run), else on asyncio's loop."""
     try:

@@ -75,6 +75,15 @@ def dialect_of(conn: object) -> Dialect:
     return dialect if isinstance(dialect, Dialect) else SQLITE
 
 
+def statement_code(statement: str) -> str:
+    """A migration statement without the comment lines and blank lines before it: what the
+    schema checks match a ``CREATE TRIGGER`` against, and run again to repair one."""
+    lines = statement.splitlines(keepends=True)
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+        lines.pop(0)
+    return "".join(lines).strip()
+
+
 def placeholders(values: Sequence[Any]) -> str:
     """``?, ?, ?`` for an ``IN (...)`` list of ``values`` (at least one)."""
     return ", ".join("?" for _ in values) or "NULL"

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .dialect import statement_code
 from .postgres_store import MIGRATION_LOCK, connect, describe_target, migrations
 from .store import SchemaDamaged
 
@@ -64,14 +65,6 @@ def statements(script: str) -> list[str]:
     return found
 
 
-def _code(statement: str) -> str:
-    """A statement without the comment lines before it."""
-    lines = statement.splitlines()
-    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
-        lines.pop(0)
-    return "\n".join(lines)
-
-
 @dataclass(frozen=True)
 class Trigger:
     name: str
@@ -94,7 +87,7 @@ def defined() -> Definitions:
     functions: dict[str, str] = {}
     for _, script in migrations():
         for statement in statements(script):
-            code = _code(statement)
+            code = statement_code(statement)
             if created := _CREATE_TRIGGER.match(code):
                 name, table, function = created[1], created[2], created[3]
                 triggers[name] = Trigger(name, table, function, code)

@@ -637,9 +637,8 @@ class PostgresStore(WriterStore):
                             self._hand_over(int(note.payload or 0))
                         elif note.channel == PEER_CHANNEL:
                             origin, _, body = note.payload.partition(" ")
-                            if origin != self.origin and self._loop is not None:
-                                with contextlib.suppress(RuntimeError):  # the loop closed
-                                    self._loop.call_soon_threadsafe(self._tell_peer_listeners, body)
+                            if origin != self.origin:
+                                self._hand_over(0, peer=body)
                         else:
                             self._hand_over(0, token=True)
             except psycopg.Error:
@@ -651,7 +650,7 @@ class PostgresStore(WriterStore):
                 with contextlib.suppress(Exception):
                     conn.close()
 
-    def _hand_over(self, revision: int, *, token: bool = False) -> None:
+    def _hand_over(self, revision: int, *, token: bool = False, peer: str | None = None) -> None:
         loop = self._loop
         if loop is None:
             return
@@ -660,6 +659,8 @@ class PostgresStore(WriterStore):
                 loop.call_soon_threadsafe(self._notify, revision)
             if token:
                 loop.call_soon_threadsafe(self._tell_token_listeners)
+            if peer is not None:
+                loop.call_soon_threadsafe(self._tell_peer_listeners, peer)
 
     def _tell_token_listeners(self) -> None:
         for listener in tuple(self._token_listeners):

@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 
 from shared.errors import TaskloomError
 
+from .dialect import statement_code
 from .store import (
     Actor,
     SchemaDamaged,
     SchemaTooNew,
     Tx,
     WriterStore,
-    locked_head,
     refuse_unencodable,
     trigger_refusal,
     utc_now,
@@ -158,14 +158,6 @@ _CREATE_TRIGGER = re.compile(r"CREATE\s+TRIGGER\s+(?:IF\s+NOT\s+EXISTS\s+)?([A-Z
 _DROP_TRIGGER = re.compile(r"DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
 
 
-def _code(statement: str) -> str:
-    """A statement without the comment lines and blank lines before it."""
-    lines = statement.splitlines(keepends=True)
-    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
-        lines.pop(0)
-    return "".join(lines).strip()
-
-
 def defined_triggers() -> dict[str, str]:
     """Every trigger the migrations leave in place, name → its ``CREATE TRIGGER`` statement.
 
@@ -174,7 +166,7 @@ def defined_triggers() -> dict[str, str]:
     triggers: dict[str, str] = {}
     for _, script in migrations():
         for statement in _statements(script):
-            code = _code(statement)
+            code = statement_code(statement)
             if created := _CREATE_TRIGGER.match(code):
                 triggers[created[1]] = code
             elif dropped := _DROP_TRIGGER.match(code):
@@ -297,7 +289,7 @@ class SqliteStore(WriterStore):
         conn.execute("BEGIN IMMEDIATE")
         # The head under the write lock: what tells this writer whether a script or a restored
         # file moved it since its last commit (``Tx.others_committed``). One read per batch.
-        head = locked_head(conn)
+        head: int = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
         self._steps(conn, *then)
         return head
 

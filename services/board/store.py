@@ -297,12 +297,6 @@ class _Job:
 _STOP: Final = object()
 
 
-def locked_head(conn: Connection) -> int:
-    """The log's head, read inside the writing transaction."""
-    revision: int = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
-    return revision
-
-
 class LogFollower(Protocol):
     """The log reader's own connection, on its own thread (see ``logreader``)."""
 
@@ -396,10 +390,11 @@ class WriterStore:
         """The writer thread's connection (made again if the last one broke)."""
         raise NotImplementedError
 
-    def _begin(self, conn: Any, *then: str) -> int | None:
+    def _begin(self, conn: Any, *then: str) -> int:
         """Start a writing transaction that holds the engine's write lock from its first statement,
         then run the statements ``then`` (which return nothing). Returns the head revision the lock
-        was taken at (both engines read it; None would leave the batch to find it itself)."""
+        was taken at: the batch's frame hand-off starts there, and it tells whether another process
+        committed since this store's last commit."""
         raise NotImplementedError
 
     def _steps(self, conn: Any, *statements: str) -> None:
@@ -572,14 +567,8 @@ class WriterStore:
             return 0
         handoff = self._handoff
         encode = handoff.encode if handoff is not None and handoff.wanted() else None
-        # The head this batch begins on. Another process may still commit before the batch's first
-        # row (PostgreSQL takes the revision row's lock there): _encoded_batch counts the rows.
-        began = 0
-        if encode is not None:
-            try:
-                began = locked_head(conn) if locked_at is None else locked_at
-            except self.driver_error:
-                encode = None  # no hand-off for this batch; the log reader reads it
+        # ``locked_at`` is the head this batch begins on, read under the write lock; the hand-off
+        # still counts the rows after it (_encoded_batch): a trigger may have appended one.
         others = self._others_committed(locked_at)
         for position, job in enumerate(batch):
             # Each command's own clock reading, taken under the write lock: commit times follow
@@ -611,9 +600,9 @@ class WriterStore:
             job.appended = tx.appended
             job.effects = tx.effects
             job.encoded = tx.encoded
-        handed = self._encoded_batch(conn, began, batch) if encode is not None else None
+        handed = self._encoded_batch(conn, locked_at, batch) if encode is not None else None
         last = max((job.appended[-1] for job in batch if job.appended), default=0)
-        self._batch_head = last or locked_at or 0
+        self._batch_head = last or locked_at
         try:
             self._commit(conn, last, self._peer_notes(batch, self._batch_head))
         except self.driver_error as exc:
@@ -635,15 +624,14 @@ class WriterStore:
         effects = [effect for job in batch if job.error is None for effect in job.effects]
         return self.peer_effects(effects, head) if effects else []
 
-    def _others_committed(self, locked_at: int | None) -> bool:
+    def _others_committed(self, locked_at: int) -> bool:
         """Whether the head the write lock was taken at is not the one this writer left: another
         process committed in between (or this writer does not know, having just started)."""
-        return locked_at is not None and locked_at != self._left_head
+        return locked_at != self._left_head
 
-    def _committed_at(self, locked_at: int | None, last: int) -> None:
+    def _committed_at(self, locked_at: int, last: int) -> None:
         """What this writer left: its last revision, or the head it found when it appended none."""
-        if locked_at is not None:
-            self._left_head = last or locked_at
+        self._left_head = last or locked_at
 
     def _encoded_batch(self, conn: Any, began: int, batch: list[_Job]) -> Handed | None:
         """The batch's frames with the range they cover, if they are every row of that range.

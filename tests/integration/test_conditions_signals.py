@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from tests.support.board import API, REPORT, BoardClient, RunningBoard, activity_count, make_project, make_task
-from tests.support.signals import RawStream
+from tests.support.signals import RawStream, of
 
 pytestmark = pytest.mark.asyncio
 
@@ -54,10 +54,6 @@ class Probe:
 
 async def open_stream(session: aiohttp.ClientSession, board: RunningBoard, query: str = "") -> RawStream:
     return await RawStream.open(session, board.url, board.token, query)
-
-
-def of(stream: RawStream, type_: str, project: str = "demo") -> list[dict[str, Any]]:
-    return [s for s in stream.signals(type_) if s["project_id"] == project]
 
 
 async def finish(client: BoardClient, task: dict[str, Any]) -> None:

@@ -11,19 +11,14 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
 from tests.postgres.support_taskd import board_process
 from tests.support.board import BoardClient
-from tests.support.signals import RawStream
+from tests.support.signals import RawStream, of
 
 TIMEOUT_S = 3
-
-
-def of(stream: RawStream, type_: str) -> list[dict[str, Any]]:
-    return [s for s in stream.signals(type_) if s["project_id"] == "demo"]
 
 
 async def test_signals_and_deadlines_reach_every_board_process(tmp_path: Path, postgres_url: str) -> None:

@@ -92,3 +92,8 @@ class RawStream:
 
     def close(self) -> None:
         self.response.close()
+
+
+def of(stream: RawStream, type_: str, project: str = "demo") -> list[dict[str, Any]]:
+    """The signals of ``type_`` about ``project`` the stream has received so far."""
+    return [s for s in stream.signals(type_) if s["project_id"] == project]

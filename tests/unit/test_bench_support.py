@@ -96,9 +96,7 @@ async def test_a_hub_follower_and_a_board_stream_hear_a_write_on_the_board(tmp_p
 
             await async_wait_until(heard, what="project_created at the hub follower and on the board's stream")
     finally:
-        for follower in followers:
-            follower.cancel()
-        await asyncio.gather(*followers, return_exceptions=True)
+        await support.cancel_all(followers)
         if hub is not None:
             hub.stop()
         board.stop()
