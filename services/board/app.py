@@ -287,7 +287,9 @@ def create_app(settings: BoardSettings, *, store: WriterStore | None = None) -> 
     app.on_response_prepare.append(renew_session)
     register(app, ALL_ROUTES)
     app[LOG_READER], app[STREAMS] = stream_registry.setup(app, settings=settings, store=app[STORE])
-    engine = app[CONDITIONS] = ConditionsEngine(app[STORE], claim_fresh_seconds=settings.claim_fresh_seconds)
+    engine = app[CONDITIONS] = ConditionsEngine(
+        app[STORE], claim_fresh_seconds=settings.claim_fresh_seconds, after_log=app[LOG_READER].after,
+    )
     engine.add_signal_listener(app[STREAMS].broadcast_signal)
 
     async def conditions_lifecycle(app: web.Application) -> AsyncIterator[None]:

@@ -14,7 +14,8 @@ on how many streams are open.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final, NamedTuple, Protocol
@@ -35,6 +36,9 @@ log = structlog.get_logger("taskd.logreader")
 LIVE_PAGE: Final = 500
 #: Pause after a failed read before the reader tries again, seconds.
 RETRY_AFTER_FAILURE: Final = 1.0
+#: Calls held for ``LogReader.after`` beyond which the oldest is made at once: a reader that cannot
+#: read for long loosens the order of what waits on it rather than holding without bound.
+MOST_WAITING: Final = 10_000
 
 
 class Frame(NamedTuple):
@@ -144,6 +148,8 @@ class LogReader:
         self.rows_read = 0
         self.reads = 0
         self._subscribers: set[Subscriber] = set()
+        #: (revision, call) held by ``after`` until the fan-out has passed the revision, in order.
+        self._waiting: deque[tuple[int, Callable[[], None]]] = deque()
         self._wake = asyncio.Event()
         self._force = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="taskloom-logreader")
@@ -158,6 +164,7 @@ class LogReader:
         self.position = await loop.run_in_executor(self._executor, self._open)
         self.store.add_commit_listener(self.notify)
         self._task = asyncio.create_task(self._run(), name="taskloom-logreader")
+        self._passed()
 
     async def stop(self) -> None:
         self._stopped = True
@@ -172,6 +179,7 @@ class LogReader:
         await loop.run_in_executor(self._executor, self._close)
         self._executor.shutdown(wait=True)
         self._subscribers.clear()
+        self._waiting.clear()
 
     def _open(self) -> int:
         self._follower = self.store.follow_log()
@@ -209,6 +217,7 @@ class LogReader:
             return
         if not self._subscribers:
             self.position = revision
+            self._passed()
             return
         self._force = True
         self._wake.set()
@@ -226,6 +235,33 @@ class LogReader:
         leavers = [subscriber for subscriber in self._subscribers if not subscriber.offer(page)]
         for subscriber in leavers:
             self._subscribers.discard(subscriber)
+        self._passed()
+
+    def after(self, revision: int, call: Callable[[], None]) -> None:
+        """Make ``call`` once every row up to ``revision`` has gone to the live streams.
+
+        What a commit caused besides its rows (its signals) then reaches each stream after the
+        commit's own frames, whichever board process made the commit: another process's word
+        arrives by its own notification and would otherwise overtake the read of the rows. Calls
+        are made in the order they came, a later one never before an earlier one.
+        """
+        self._waiting.append((revision, call))
+        if len(self._waiting) > MOST_WAITING:
+            log.warning("log_reader_behind", position=self.position, waiting=len(self._waiting))
+            self._make(self._waiting.popleft()[1])
+        self._passed()
+
+    def _passed(self) -> None:
+        """The position moved: make the held calls it has passed, oldest first."""
+        while self._waiting and self._waiting[0][0] <= self.position:
+            self._make(self._waiting.popleft()[1])
+
+    @staticmethod
+    def _make(call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception:
+            log.exception("log_reader_after_failed")
 
     def fail_subscribers(self) -> None:
         """After a failed read every live stream closes quietly; its client reconnects with its cursor."""

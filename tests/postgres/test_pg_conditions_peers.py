@@ -19,6 +19,9 @@ from tests.support.board import BoardClient
 from tests.support.signals import RawStream, of
 
 TIMEOUT_S = 3
+#: Commits on A whose signal B must order after their frames: enough that an order left to the
+#: race between B's read of the rows and A's notification would show.
+CROSSINGS = 12
 
 
 async def test_signals_and_deadlines_reach_every_board_process(tmp_path: Path, postgres_url: str) -> None:
@@ -63,4 +66,49 @@ async def test_signals_and_deadlines_reach_every_board_process(tmp_path: Path, p
     finally:
         if a.process is not None and a.process.poll() is None:
             a.stop()
+        b.stop()
+
+
+async def test_a_peer_signal_follows_the_frames_of_its_commit(tmp_path: Path, postgres_url: str) -> None:
+    """A's commit reaches B twice: its rows, which B's log reader reads back from the database, and
+    its signals, in a notification that carries them whole. A stream on B hears each signal after
+    the frame of the event that caused it, as a stream on A does."""
+    a = board_process(tmp_path, "a", postgres_url)
+    b = board_process(tmp_path, "b", postgres_url)
+    try:
+        async with aiohttp.ClientSession() as session:
+            on_a = BoardClient(a.url, a.token, session)
+            settings = {"wip_limits": {"in_progress": 1}}
+            assert (await on_a.post("/api/v1/projects", {"id": "demo", "settings": settings})).status == 201
+            held = (await on_a.post("/api/v1/tasks", {"project": "demo", "title": "held"})).body
+            card = (await on_a.post("/api/v1/tasks", {"project": "demo", "title": "over the limit"})).body
+            assert (await on_a.post(f"/api/v1/tasks/{held['id']}/claim", {})).status == 200
+            on_stream_b = await RawStream.open(session, b.url, b.token)
+
+            for _ in range(CROSSINGS):
+                reply = await on_a.post(f"/api/v1/tasks/{card['id']}/claim", {})
+                assert reply.status == 200, reply.body
+                await on_stream_b.signal("wip_exceeded")
+                reply = await on_a.post(f"/api/v1/tasks/{card['id']}/move", {"to": "todo"})
+                assert reply.status == 200, reply.body
+                await on_stream_b.signal("wip_cleared")
+
+            # The k-th wip_exceeded after the k-th claim of the card, the k-th wip_cleared after its
+            # k-th move back to todo.
+            claims = moves = exceeded = cleared = 0
+            for frame in on_stream_b.frames:
+                if frame.is_signal and frame.data["type"] == "wip_exceeded":
+                    exceeded += 1
+                    assert exceeded <= claims, f"wip_exceeded #{exceeded} came before claim #{exceeded}'s frame"
+                elif frame.is_signal and frame.data["type"] == "wip_cleared":
+                    cleared += 1
+                    assert cleared <= moves, f"wip_cleared #{cleared} came before move #{cleared}'s frame"
+                elif not frame.is_signal and frame.data and frame.data.get("task_id") == card["id"]:
+                    event = frame.data["event"]
+                    claims += event == "task_claimed"
+                    moves += event == "task_moved" and frame.data["changes"].get("to") == "todo"
+            assert (exceeded, cleared, claims, moves) == (CROSSINGS,) * 4
+            on_stream_b.close()
+    finally:
+        a.stop()
         b.stop()

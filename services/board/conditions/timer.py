@@ -10,11 +10,17 @@ to the others with its COMMIT (``WriterStore.peer_effects``), so a stream on any
 every signal, and every process arms every deadline — one that a stopped process had armed still
 fires. The fire transaction checks the mark under the write lock, so a deadline armed in two
 processes fires once.
+
+A signal reaches the listeners once the board's log reader has fanned out its commit's rows
+(``after_log``): a stream hears a card become unblocked after the blocker's ``task_moved``, also
+when the commit was another process's, whose word comes by a notification that would otherwise
+overtake the read of the rows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import time
@@ -37,13 +43,19 @@ SLACK_SECONDS: Final = 0.0
 FIRE_BATCH: Final = 500
 
 SignalListener = Callable[[Signal], None]
+#: ``LogReader.after``: make the call once the fan-out has passed the revision.
+AfterLog = Callable[[int, Callable[[], None]], None]
 
 
 class ConditionsEngine:
     """Instant conditions as the store's command hook, temporal ones on one timer."""
 
-    def __init__(self, store: WriterStore, *, claim_fresh_seconds: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, store: WriterStore, *, claim_fresh_seconds: float, clock: Callable[[], float] = time.time,
+        after_log: AfterLog | None = None,
+    ) -> None:
         self.store = store
+        self._after_log = after_log
         self.claim_fresh_seconds = claim_fresh_seconds
         self.clock = clock
         self._listeners: list[SignalListener] = []
@@ -87,14 +99,9 @@ class ConditionsEngine:
         instant.evaluate(tx, claim_fresh_seconds=self.claim_fresh_seconds, cache=self._configs)
 
     def _on_effects(self, effects: list[Any], head: int) -> None:
+        signals = [effect for effect in effects if isinstance(effect, Signal)]
         for effect in effects:
-            if isinstance(effect, Signal):
-                for listener in tuple(self._listeners):
-                    try:
-                        listener(effect)
-                    except Exception:
-                        log.exception("signal_listener_failed", type=effect.type)
-            elif isinstance(effect, Deadlines):
+            if isinstance(effect, Deadlines):
                 if head < self._armed_at.get(effect.task_id, 0):
                     continue  # a peer's older word: a later commit armed this card since
                 self._arm(effect)
@@ -103,6 +110,20 @@ class ConditionsEngine:
                 else:
                     self._armed_at.pop(effect.task_id, None)
         self._schedule()
+        if not signals:
+            return
+        if self._after_log is None:
+            self._tell(signals)
+        else:
+            self._after_log(head, functools.partial(self._tell, signals))
+
+    def _tell(self, signals: list[Signal]) -> None:
+        for signal in signals:
+            for listener in tuple(self._listeners):
+                try:
+                    listener(signal)
+                except Exception:
+                    log.exception("signal_listener_failed", type=signal.type)
 
     def _on_peer(self, note: str) -> None:
         """What another board process's commit left: handled as this process's own effects."""
