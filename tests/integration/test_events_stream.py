@@ -565,6 +565,34 @@ async def test_each_row_is_read_once_however_many_streams(
             stream.close()
 
 
+async def test_what_waits_on_a_revision_is_made_once_the_fan_out_passes_it(
+    board: RunningBoard, client: BoardClient, session: aiohttp.ClientSession
+) -> None:
+    """``LogReader.after``: how a commit's signals follow its frames (docs/conditions.md §4.1).
+    A call waits until the live streams have been handed every row up to its revision, and calls
+    are made in the order they came, a passed revision behind an unpassed one included."""
+    await make_project(client)
+    task = await make_task(client)
+    stream = await EventStream.open(session, board)
+    reader: LogReader = board.app[LOG_READER]
+    try:
+        await async_wait_until(lambda: _true(reader.subscribers == 1), what="the stream live")
+        head = await last_revision(board)
+        made: list[tuple[str, int]] = []
+        reader.after(head + 1, lambda: made.append(("the next commit", reader.position)))
+        reader.after(head, lambda: made.append(("passed already", reader.position)))
+        assert made == [], "made before the fan-out passed its revision"
+        reply = await client.post(f"/api/v1/tasks/{task['id']}/comments", {"body": "one row"})
+        assert reply.status == 201, reply.body
+        await async_wait_until(lambda: _true(len(made) == 2), what="both calls made")
+        assert [name for name, _ in made] == ["the next commit", "passed already"]
+        assert all(position >= head + 1 for _, position in made)
+        written = await last_revision(board)
+        assert [row["event"] for row in await stream.activities_until(written)] == ["comment_added"]
+    finally:
+        stream.close()
+
+
 async def _true(value: bool) -> bool:
     return value
 
