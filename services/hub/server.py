@@ -108,8 +108,9 @@ class Hub:
         self.lines_encoded = 0
         #: Fan-outs since start: one per read from the board that carried events, however many.
         self.fanouts = 0
-        #: Event lines of the current read from the board, sent to the followers at ``board_flush``.
-        self._batch: list[bytes] = []
+        #: The events of the current read from the board as (revision, line, activity): the lines
+        #: go to the followers at ``board_flush``, then to the ring and the card briefs.
+        self._batch: list[tuple[int, bytes, dict[str, Any]]] = []
         self.registrations = Registrations(
             self.board_url,
             settings.board_token,
@@ -327,14 +328,16 @@ class Hub:
             log.warning("board_event_too_large", revision=revision, size=len(line))
             line = encode_line(hp.event(revision=revision, activity={**activity, "changes": {"omitted": True}}))
         self.revision = revision
-        self.ring.append(revision, line)
-        self._batch.append(line)
-        self.registrations.board_event(activity)
+        self._batch.append((revision, line, activity))
 
     def board_flush(self) -> None:
         """Send the events of one board read: one write per follower, however many events the
         board's chunk held (a writer that commits a batch sends its frames together), so the
-        last of them does not wait for the fan-out of the ones before it."""
+        last of them does not wait for the fan-out of the ones before it.
+
+        The writes come first; the ring and the card briefs take the events after them, in the
+        same callback, so nothing can run in between: a follower that leaves the live fan-out
+        here finds the lines in the ring when its writer task next runs."""
         batch = self._batch
         if not batch:
             return
@@ -342,10 +345,17 @@ class Hub:
         self.fanouts += 1
         revision = self.revision
         assert revision is not None  # set by the events in the batch
-        joined = batch[0] if len(batch) == 1 else b"".join(batch)
+        lines = [line for _, line, _ in batch]
+        joined = lines[0] if len(lines) == 1 else b"".join(lines)
         now = asyncio.get_running_loop().time()  # one clock read per fan-out, not two per follower
-        for connection in self.followers:
-            connection.push_events(revision, batch, joined, now)
+        try:
+            for connection in self.followers:
+                connection.push_events(revision, lines, joined, now)
+        finally:
+            append, registrations = self.ring.append, self.registrations
+            for event_revision, line, activity in batch:
+                append(event_revision, line)
+                registrations.board_event(activity)
 
     def board_signal(self, signal: dict[str, Any]) -> None:
         self.board_flush()  # the events before it in the stream go first
