@@ -97,6 +97,9 @@ def event_line(revision: int, activity: dict[str, Any], data: str | None = None)
 class Hub:
     def __init__(self, settings: HubSettings, *, token: str | None = None) -> None:
         self.settings = settings
+        #: The loop the hub runs on, looked up once: ``asyncio.get_running_loop()`` costs a
+        #: ``getpid()`` system call, which the fan-out would pay before its first write.
+        self._loop = asyncio.get_running_loop()
         self.board_url = hp.resolve_board_url(settings.board_url)
         #: The hub's own per-process token, published in the pointer (never the board token).
         self.token = token or "th_" + secrets.token_hex(24)
@@ -181,7 +184,7 @@ class Hub:
         if self._stop_task is None:
             self._stopping = True
             self._stop_requested.set()
-            self._stop_task = asyncio.get_running_loop().create_task(
+            self._stop_task = self._loop.create_task(
                 self._shutdown(reason, farewell=farewell), name="hub-stop"
             )
 
@@ -239,7 +242,7 @@ class Hub:
             self._idle_timer = None
         if self.settings.idle_exit <= 0 or self._stopping or self.connections or self.registrations.count():
             return
-        self._idle_timer = asyncio.get_running_loop().call_later(self.settings.idle_exit, self._idle_exit)
+        self._idle_timer = self._loop.call_later(self.settings.idle_exit, self._idle_exit)
 
     def _idle_exit(self) -> None:
         self._idle_timer = None
@@ -347,7 +350,7 @@ class Hub:
         assert revision is not None  # set by the events in the batch
         lines = [line for _, line, _ in batch]
         joined = lines[0] if len(lines) == 1 else b"".join(lines)
-        now = asyncio.get_running_loop().time()  # one clock read per fan-out, not two per follower
+        now = self._loop.time()  # one clock read per fan-out, not two per follower
         try:
             for connection in self.followers:
                 connection.push_events(revision, lines, joined, now)
