@@ -9,6 +9,7 @@ Latency: the board link parses the board's bytes in the callback that received t
 ``board_event`` for each frame, then ``board_flush``; the flush writes the events of that read
 to every follower as one buffer, straight to the transport while it is under
 ``WRITE_HIGH_WATER``. No task or queue stands between the board's socket and the followers'.
+What can wait does: the ring and the card briefs take the events after the writes.
 
 Slow followers: each follower's outbox is bounded (``max_pending`` lines). A follower whose
 outbox is full leaves the live fan-out; once it has written what it holds, it catches up from
