@@ -11,6 +11,13 @@ to 49 of them, a cost a follower in its own process never pays and the one direc
 paid; and anything else the bench's loop was doing (the writer's requests) delayed whichever
 side it happened to. What is left is the hub's: one more process to wake, its read of the
 board's stream, and its 50 writes in turn (the median follower waits for about 25 of them).
+The board offers each new page to its streams in the order they joined, one after the other, so
+whichever of the two it writes first reaches a CPU first; on a machine of two CPUs, with the
+bench's own process woken by the direct stream, that was worth 0.3× between runs while the order
+was left to where the board's allocator put its stream objects. The direct stream is therefore
+opened once before the hub (the board writes it first) and, for the second half of the writes,
+after it (the board writes the hub first); the ratio is of all the writes, each order's beside it.
+
 Commit latency is the stamp minus the board's ``created_at``, which has millisecond resolution:
 both sides carry the same truncation (0–1 ms, 0.5 ms on average), which pulls the ratio towards
 1. The "added latency" row, the difference of the two stamps of the same event, has no such bias.
@@ -39,6 +46,7 @@ import aiohttp
 import orjson
 
 from bench.support import (
+    Service,
     cancel_all,
     follow_board,
     follow_hub,
@@ -125,14 +133,25 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
+@dataclass
+class Phase:
+    """One stretch of measured writes, with the direct stream on one side of the hub's in the
+    board's fan-out."""
+
+    name: str
+    direct: Arrivals
+    measured: list[int] = field(default_factory=list)
+
+
 async def run(folder: Path) -> list[tuple[str, str, str]]:
     env = isolated_env(folder)
     board = start_board(folder, env=env)
     url, token = board.url, board.token
-    hub, pointer = start_hub(folder, env, url, token)
+    headers = {"Authorization": f"Bearer {token}", "X-Taskloom-Actor-Kind": "human", "X-Taskloom-Actor": "bench"}
     rows: list[tuple[str, str, str]] = []
+    consumers: list[asyncio.Task[None]] = []
+    hub: Service | None = None
     try:
-        headers = {"Authorization": f"Bearer {token}", "X-Taskloom-Actor-Kind": "human", "X-Taskloom-Actor": "bench"}
         async with aiohttp.ClientSession() as session:
             async with session.post(f"{url}/api/v1/projects", json={"id": "bench", "name": "Bench"}, headers=headers) as r:
                 assert r.status == 201, await r.text()
@@ -140,37 +159,69 @@ async def run(folder: Path) -> list[tuple[str, str, str]]:
                 task = await r.json()
             ref = task["id"]
 
+            async def open_direct(phase: str) -> tuple[Phase, asyncio.Task[None]]:
+                arrivals, opened = Arrivals(), asyncio.Event()
+                stream = asyncio.ensure_future(direct_stream(url, token, arrivals, opened))
+                await asyncio.wait_for(opened.wait(), 30)
+                return Phase(phase, arrivals), stream
+
+            # The board offers each page to its streams in the order they joined, so the direct
+            # stream opened before the hub is written before the hub's stream, and the one opened
+            # after it, after. Half the measured writes each: the side written first gets a CPU
+            # first on a small machine, and leaving that to chance made runs differ by 0.3×.
+            first, first_stream = await open_direct("the direct stream first")
+            hub, pointer = start_hub(folder, env, url, token)
             hub_arrivals = [Arrivals() for _ in range(FOLLOWERS)]
-            direct = Arrivals()
-            opened = [asyncio.Event() for _ in range(FOLLOWERS + 1)]
-            consumers = [asyncio.ensure_future(follower(pointer["port"], pointer["token"], a, e))
-                         for a, e in zip(hub_arrivals, opened, strict=False)]
-            consumers.append(asyncio.ensure_future(direct_stream(url, token, direct, opened[-1])))
+            opened = [asyncio.Event() for _ in range(FOLLOWERS)]
+            consumers = [first_stream, *(asyncio.ensure_future(follower(pointer["port"], pointer["token"], a, e))
+                                         for a, e in zip(hub_arrivals, opened, strict=True))]
             await asyncio.wait_for(asyncio.gather(*(e.wait() for e in opened)), 30)
             idle_memory = hub.memory_kib()
 
-            async def settled(total: int) -> None:
-                """Every consumer has seen ``total`` comments (they opened after the task was made)."""
-                while len(direct.perf) < total or any(len(a.perf) < len(direct.perf) for a in hub_arrivals):
+            async def settled(direct: Arrivals, total: int) -> None:
+                """``direct`` has seen ``total`` events, and every follower each event it has seen."""
+                while len(direct.perf) < total or any(len(direct.perf.keys() - a.perf.keys()) for a in hub_arrivals):
                     await asyncio.sleep(0.05)
 
-            await write_comments(session, url, headers, ref, WARMUP_WRITES, RATE)
-            await asyncio.wait_for(settled(WARMUP_WRITES), 60)
-            warm = set(direct.perf)
-            cpu0, board_cpu0, own_cpu0, wall0 = hub.cpu_seconds(), board.cpu_seconds(), time.process_time(), time.perf_counter()
-            await write_comments(session, url, headers, ref, int(RATE * SECONDS), RATE)
-            measured_wall = time.perf_counter() - wall0
+            hub_cpu = board_cpu = own_cpu = measured_wall = 0.0
 
-            written = WARMUP_WRITES + int(RATE * SECONDS)
-            await asyncio.wait_for(settled(written), 60)
-            hub_cpu = (hub.cpu_seconds() - cpu0) / measured_wall
-            board_cpu = (board.cpu_seconds() - board_cpu0) / measured_wall
-            own_cpu = (time.process_time() - own_cpu0) / measured_wall
+            async def measure(phase: Phase) -> None:
+                nonlocal hub_cpu, board_cpu, own_cpu, measured_wall
+                assert hub is not None
+                seen = len(phase.direct.perf)
+                await write_comments(session, url, headers, ref, WARMUP_WRITES, RATE)
+                await asyncio.wait_for(settled(phase.direct, seen + WARMUP_WRITES), 60)
+                warm = set(phase.direct.perf)
+                cpu0, board_cpu0, own_cpu0 = hub.cpu_seconds(), board.cpu_seconds(), time.process_time()
+                wall0 = time.perf_counter()
+                await write_comments(session, url, headers, ref, int(RATE * SECONDS / 2), RATE)
+                measured_wall += time.perf_counter() - wall0
+                hub_cpu += hub.cpu_seconds() - cpu0
+                board_cpu += board.cpu_seconds() - board_cpu0
+                own_cpu += time.process_time() - own_cpu0
+                await asyncio.wait_for(settled(phase.direct, len(warm) + int(RATE * SECONDS / 2)), 60)
+                phase.measured = sorted(set(phase.direct.perf) - warm)
+
+            await measure(first)
+            await cancel_all([first_stream])
+            second, second_stream = await open_direct("the hub first")
+            consumers.append(second_stream)
+            await measure(second)
             busy_memory = hub.memory_kib()
-            measured = sorted(set(direct.perf) - warm)
-            direct_commit = [direct.commit_latency[r] * 1000 for r in measured]
-            hub_commit = [a.commit_latency[r] * 1000 for a in hub_arrivals for r in measured]
-            added = [(a.perf[r] - direct.perf[r]) * 1000 for a in hub_arrivals for r in measured]
+            phases = (first, second)
+
+            def commit_ms(phase: Phase) -> tuple[list[float], list[float]]:
+                """Commit latencies of the phase's events: on the direct stream, at the followers."""
+                return ([phase.direct.commit_latency[r] * 1000 for r in phase.measured],
+                        [a.commit_latency[r] * 1000 for a in hub_arrivals for r in phase.measured])
+
+            direct_commit = [ms for phase in phases for ms in commit_ms(phase)[0]]
+            hub_commit = [ms for phase in phases for ms in commit_ms(phase)[1]]
+            added = [(a.perf[r] - phase.direct.perf[r]) * 1000
+                     for phase in phases for a in hub_arrivals for r in phase.measured]
+            per_order = ", ".join(
+                f"{phase.name} {percentile(hub_ms, .5) / percentile(direct_ms, .5):.2f}×"
+                for phase in phases for direct_ms, hub_ms in [commit_ms(phase)])
             rows += [
                 ("write-commit → direct SSE (1 stream)", f"p50 {percentile(direct_commit, .5):.1f} ms, "
                  f"p99 {percentile(direct_commit, .99):.1f} ms", "reference"),
@@ -182,18 +233,21 @@ async def run(folder: Path) -> list[tuple[str, str, str]]:
                 ("hub follower / direct SSE, same run",
                  f"p50 {percentile(hub_commit, .5) / percentile(direct_commit, .5):.2f}×, "
                  f"p99 {percentile(hub_commit, .99) / percentile(direct_commit, .99):.2f}× "
-                 f"(load {os.getloadavg()[0]:.1f})", "p50 ≤ 1.1×"),
-                (f"hub CPU with {FOLLOWERS} followers at {RATE} writes/s", f"{hub_cpu * 100:.1f} % of one core, "
-                 f"{hub_cpu / RATE * 1e6:.0f} µs per event "
-                 f"(board {board_cpu * 100:.0f} %, bench client {own_cpu * 100:.0f} %, {os.cpu_count()} cores)", ""),
+                 f"(p50 with the board writing {per_order}; load {os.getloadavg()[0]:.1f})", "p50 ≤ 1.1×"),
+                (f"hub CPU with {FOLLOWERS} followers at {RATE} writes/s",
+                 f"{hub_cpu / measured_wall * 100:.1f} % of one core, "
+                 f"{hub_cpu / measured_wall / RATE * 1e6:.0f} µs per event "
+                 f"(board {board_cpu / measured_wall * 100:.0f} %, bench client {own_cpu / measured_wall * 100:.0f} %, "
+                 f"{os.cpu_count()} cores)", ""),
                 (f"hub RSS with {FOLLOWERS} followers", f"idle {idle_memory['VmRSS'] / 1024:.1f} MiB, after the run "
                  f"{busy_memory['VmRSS'] / 1024:.1f} MiB (peak {busy_memory['VmHWM'] / 1024:.1f} MiB)", ""),
             ]
 
             # Fill the ring, then time a new follower replaying all of it.
-            need = max(0, REPLAY_FRAMES + 1 - written)
+            direct = second.direct
+            need = max(0, REPLAY_FRAMES + 1 - len(direct.perf))
             await write_comments(session, url, headers, ref, need, None)
-            await asyncio.wait_for(settled(written + need), 60)
+            await asyncio.wait_for(settled(direct, REPLAY_FRAMES + 1), 60)
             revisions = sorted(direct.perf)
             after = revisions[-REPLAY_FRAMES - 1]
             timings = []
@@ -212,9 +266,10 @@ async def run(folder: Path) -> list[tuple[str, str, str]]:
             rows.append((f"ring replay of {REPLAY_FRAMES} frames to a new follower",
                          f"median {statistics.median(timings):.1f} ms (min {min(timings):.1f}, max {max(timings):.1f})",
                          "≤ 50 ms"))
-            await cancel_all(consumers)
     finally:
-        hub.stop()
+        await cancel_all(consumers)
+        if hub is not None:
+            hub.stop()
         board.stop()
     return rows
 

@@ -133,6 +133,19 @@ class SSEParser:
             self._bom_pending = False
 
         out: list[SSEItem] = []
+        if not self._skip_lf and b"\r" not in chunk:
+            # LF-only bytes (what the board sends): one split instead of a search per line. The
+            # held tail never holds a terminator, so a chunk without LF completes no line (and a
+            # line trickling in is not scanned again on every feed).
+            if b"\n" in chunk:
+                *lines, tail = buf.split(b"\n")
+                for raw in lines:
+                    self._check(len(raw), out)
+                    self._line(raw, out)
+                del buf[: len(buf) - len(tail)]
+            self._scanned = len(buf)
+            self._check(len(buf), out)
+            return out
         pos = 0
         while True:
             if self._skip_lf and pos < len(buf):
@@ -162,7 +175,7 @@ class SSEParser:
         if size > self.max_line:
             raise SSEProtocolError(f"line longer than {self.max_line} bytes", out)
 
-    def _line(self, raw: bytes, out: list[SSEItem]) -> None:
+    def _line(self, raw: bytes | bytearray, out: list[SSEItem]) -> None:
         """Interpret one complete line (WHATWG "process the field")."""
         if not raw:
             self._dispatch(out)

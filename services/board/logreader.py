@@ -147,7 +147,9 @@ class LogReader:
         #: Counters for tests and the bench: rows read and reads made by the reader itself.
         self.rows_read = 0
         self.reads = 0
-        self._subscribers: set[Subscriber] = set()
+        #: The live streams in the order they joined (a dict, not a set): every page is offered to
+        #: them in that order, not in an order the objects' addresses decide anew in every process.
+        self._subscribers: dict[Subscriber, None] = {}
         #: (revision, call) held by ``after`` until the fan-out has passed the revision, in order.
         self._waiting: deque[tuple[int, Callable[[], None]]] = deque()
         self._wake = asyncio.Event()
@@ -196,10 +198,10 @@ class LogReader:
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """Join the live fan-out; the caller has already seen everything up to ``position``."""
-        self._subscribers.add(subscriber)
+        self._subscribers[subscriber] = None
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
-        self._subscribers.discard(subscriber)
+        self._subscribers.pop(subscriber, None)
 
     @property
     def subscribers(self) -> int:
@@ -234,7 +236,7 @@ class LogReader:
         self.position = max(self.position, page.end)
         leavers = [subscriber for subscriber in self._subscribers if not subscriber.offer(page)]
         for subscriber in leavers:
-            self._subscribers.discard(subscriber)
+            self._subscribers.pop(subscriber, None)
         self._passed()
 
     def after(self, revision: int, call: Callable[[], None]) -> None:
@@ -265,7 +267,7 @@ class LogReader:
 
     def fail_subscribers(self) -> None:
         """After a failed read every live stream closes quietly; its client reconnects with its cursor."""
-        subscribers, self._subscribers = self._subscribers, set()
+        subscribers, self._subscribers = self._subscribers, {}
         for subscriber in subscribers:
             subscriber.fail()
 

@@ -84,6 +84,14 @@ class BodyDecoder:
             self.done = self.remaining == 0
             return body
         buf = self._buf
+        if not buf and not self.remaining and not self._after_chunk and not self._trailers:
+            # The usual read: exactly one whole chunk (one write of the board's), taken as it is.
+            eol = data.find(b"\r\n")
+            if eol > 0:
+                size = _chunk_size(data[:eol])
+                end = eol + 2 + size
+                if size and len(data) == end + 2 and data.endswith(b"\r\n"):
+                    return data[eol + 2 : end]
         buf += data
         out = bytearray()
         pos = 0
@@ -112,17 +120,23 @@ class BodyDecoder:
                     self.done = True
                     break
             else:
-                size = line.split(b";", 1)[0].strip()
-                try:
-                    self.remaining = int(size, 16)
-                except ValueError:
-                    raise StreamFailed(f"bad chunk size: {size[:40]!r}") from None
-                if self.remaining < 0:
-                    raise StreamFailed(f"bad chunk size: {size[:40]!r}")
+                self.remaining = _chunk_size(line)
                 if self.remaining == 0:
                     self._trailers = True
         del buf[:pos]
         return bytes(out)
+
+
+def _chunk_size(line: bytes) -> int:
+    """The size a chunk-size line gives (RFC 9112 §7.1), its extensions ignored."""
+    size = line.split(b";", 1)[0].strip()
+    try:
+        value = int(size, 16)
+    except ValueError:
+        raise StreamFailed(f"bad chunk size: {size[:40]!r}") from None
+    if value < 0:
+        raise StreamFailed(f"bad chunk size: {size[:40]!r}")
+    return value
 
 
 class BoardStream(asyncio.Protocol):

@@ -9,6 +9,7 @@ Latency: the board link parses the board's bytes in the callback that received t
 ``board_event`` for each frame, then ``board_flush``; the flush writes the events of that read
 to every follower as one buffer, straight to the transport while it is under
 ``WRITE_HIGH_WATER``. No task or queue stands between the board's socket and the followers'.
+What can wait does: the ring and the card briefs take the events after the writes.
 
 Slow followers: each follower's outbox is bounded (``max_pending`` lines). A follower whose
 outbox is full leaves the live fan-out; once it has written what it holds, it catches up from
@@ -97,6 +98,9 @@ def event_line(revision: int, activity: dict[str, Any], data: str | None = None)
 class Hub:
     def __init__(self, settings: HubSettings, *, token: str | None = None) -> None:
         self.settings = settings
+        #: The loop the hub runs on, looked up once: ``asyncio.get_running_loop()`` costs a
+        #: ``getpid()`` system call, which the fan-out would pay before its first write.
+        self._loop = asyncio.get_running_loop()
         self.board_url = hp.resolve_board_url(settings.board_url)
         #: The hub's own per-process token, published in the pointer (never the board token).
         self.token = token or "th_" + secrets.token_hex(24)
@@ -108,8 +112,9 @@ class Hub:
         self.lines_encoded = 0
         #: Fan-outs since start: one per read from the board that carried events, however many.
         self.fanouts = 0
-        #: Event lines of the current read from the board, sent to the followers at ``board_flush``.
-        self._batch: list[bytes] = []
+        #: The events of the current read from the board as (revision, line, activity): the lines
+        #: go to the followers at ``board_flush``, then to the ring and the card briefs.
+        self._batch: list[tuple[int, bytes, dict[str, Any]]] = []
         self.registrations = Registrations(
             self.board_url,
             settings.board_token,
@@ -180,7 +185,7 @@ class Hub:
         if self._stop_task is None:
             self._stopping = True
             self._stop_requested.set()
-            self._stop_task = asyncio.get_running_loop().create_task(
+            self._stop_task = self._loop.create_task(
                 self._shutdown(reason, farewell=farewell), name="hub-stop"
             )
 
@@ -238,7 +243,7 @@ class Hub:
             self._idle_timer = None
         if self.settings.idle_exit <= 0 or self._stopping or self.connections or self.registrations.count():
             return
-        self._idle_timer = asyncio.get_running_loop().call_later(self.settings.idle_exit, self._idle_exit)
+        self._idle_timer = self._loop.call_later(self.settings.idle_exit, self._idle_exit)
 
     def _idle_exit(self) -> None:
         self._idle_timer = None
@@ -327,14 +332,16 @@ class Hub:
             log.warning("board_event_too_large", revision=revision, size=len(line))
             line = encode_line(hp.event(revision=revision, activity={**activity, "changes": {"omitted": True}}))
         self.revision = revision
-        self.ring.append(revision, line)
-        self._batch.append(line)
-        self.registrations.board_event(activity)
+        self._batch.append((revision, line, activity))
 
     def board_flush(self) -> None:
         """Send the events of one board read: one write per follower, however many events the
         board's chunk held (a writer that commits a batch sends its frames together), so the
-        last of them does not wait for the fan-out of the ones before it."""
+        last of them does not wait for the fan-out of the ones before it.
+
+        The writes come first; the ring and the card briefs take the events after them, in the
+        same callback, so nothing can run in between: a follower that leaves the live fan-out
+        here finds the lines in the ring when its writer task next runs."""
         batch = self._batch
         if not batch:
             return
@@ -342,10 +349,17 @@ class Hub:
         self.fanouts += 1
         revision = self.revision
         assert revision is not None  # set by the events in the batch
-        joined = batch[0] if len(batch) == 1 else b"".join(batch)
-        now = asyncio.get_running_loop().time()  # one clock read per fan-out, not two per follower
-        for connection in self.followers:
-            connection.push_events(revision, batch, joined, now)
+        lines = [line for _, line, _ in batch]
+        joined = lines[0] if len(lines) == 1 else b"".join(lines)
+        now = self._loop.time()  # one clock read per fan-out, not two per follower
+        try:
+            for connection in self.followers:
+                connection.push_events(revision, lines, joined, now)
+        finally:
+            append, registrations = self.ring.append, self.registrations
+            for event_revision, line, activity in batch:
+                append(event_revision, line)
+                registrations.board_event(activity)
 
     def board_signal(self, signal: dict[str, Any]) -> None:
         self.board_flush()  # the events before it in the stream go first

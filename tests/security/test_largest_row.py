@@ -302,6 +302,7 @@ async def test_the_hub_never_writes_a_line_over_its_cap() -> None:
                 "actor_id": "ann", "event": "task_updated", "changes": {"pad": "x" * 5000}, "created_at": "now"}
     hub.ring.restart(6)  # as after the board's first contact at revision 6
     hub.board_event(7, activity)
+    hub.board_flush()  # as the link does at the end of every read: the ring takes the line here
     ((revision, line),) = hub.ring.since(6) or []
     assert revision == 7 and len(line) <= 2000 + 1
     assert orjson.loads(line)["activity"] == {**activity, "changes": {"omitted": True}}
