@@ -76,6 +76,16 @@ FRAMES_CHANNEL: Final = "taskloom_frames"
 #: The most a frames notification may hold: PostgreSQL refuses one of 8,000 bytes or more. A
 #: batch whose frames do not fit sends none; the other processes read its rows.
 FRAMES_NOTE_BYTES: Final = 7900
+#: Sent (``<origin>``) by a process while its log reader has live streams: only then do the others
+#: send their frames, which cost a process serving the database alone server and client time.
+WANT_CHANNEL: Final = "taskloom_frames_wanted"
+#: How often a process with live streams says so again, seconds; the others send frames for
+#: ``WANT_LEASE_S`` after hearing it. Until the first word arrives a new stream's frames are read.
+WANT_EVERY_S: Final = 5.0
+WANT_LEASE_S: Final = 3 * WANT_EVERY_S
+#: Sent on ``WANT_CHANNEL`` by a process that has just started listening: whoever has live streams
+#: says so at once.
+WANT_ASK: Final = "?"
 #: How long connecting may take before the server counts as unreachable, seconds.
 CONNECT_TIMEOUT_S: Final = 5
 #: How long a read waits for a pool connection before answering 503, seconds.
@@ -428,6 +438,10 @@ class PostgresStore(WriterStore):
         #: Names this store's notifications, so its own LISTEN drops them.
         self.origin = secrets.token_hex(6)
         self._listen_conn: psycopg.Connection[Any] | None = None
+        #: Until when (monotonic) another process has said it has live streams (``WANT_CHANNEL``),
+        #: and when this one last said so itself (LISTEN thread).
+        self._frames_wanted_until = 0.0
+        self._said_wanted: float | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -528,11 +542,11 @@ class PostgresStore(WriterStore):
         return (frames[0], int(row[0]), encoded) if row[1] == len(encoded) else None
 
     def _frames_note(self, conn: PgConnection, began: int, encoded: tuple[Any, ...]) -> list[str]:
-        """The statement sending the batch's frames to the other processes, if they fit one
-        notification; it sends nothing unless they are every row after ``began`` (the same count
+        """The statement sending the batch's frames to the other processes, if one of them has live
+        streams and they fit one notification; it sends nothing unless they are every row after ``began`` (the same count
         as the check before it), and names the head the batch commits at."""
         handoff = self._handoff
-        if handoff is None:
+        if handoff is None or not self.frames_wanted:
             return []
         tail = f" {self.origin} {int(began)} ".encode() + handoff.pack(encoded)
         if len(tail) + len(str(MAX_REVISION)) > FRAMES_NOTE_BYTES:
@@ -548,6 +562,14 @@ class PostgresStore(WriterStore):
 
     def _in_transaction(self, conn: PgConnection) -> bool:
         return conn.in_transaction
+
+    @property
+    def frames_wanted(self) -> bool:
+        """Whether another process on the database has said lately that it has live streams."""
+        return time.monotonic() < self._frames_wanted_until
+
+    def _peers_want_frames(self) -> bool:
+        return self.frames_wanted
 
     def translate_error(self, exc: BaseException) -> BaseException:
         return translate_error(exc)
@@ -682,6 +704,9 @@ class PostgresStore(WriterStore):
                 conn.execute(f"LISTEN {TOKEN_CHANNEL}")
                 conn.execute(f"LISTEN {PEER_CHANNEL}")
                 conn.execute(f"LISTEN {FRAMES_CHANNEL}")
+                conn.execute(f"LISTEN {WANT_CHANNEL}")
+                # Anyone with live streams says so again at once, rather than at its next turn.
+                conn.execute(f"SELECT pg_notify('{WANT_CHANNEL}', '{WANT_ASK}')")
                 # Whatever was committed while nobody listened: the readers read up to the head now.
                 head = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()
                 self._hand_over(int(head[0]) if head else 0, token=True)
@@ -691,15 +716,21 @@ class PostgresStore(WriterStore):
                             self._hand_over(int(note.payload or 0))
                         elif note.channel == FRAMES_CHANNEL:
                             self._take_frames(note.payload)
+                        elif note.channel == WANT_CHANNEL:
+                            if note.payload == WANT_ASK:
+                                self._said_wanted = None
+                            elif note.payload != self.origin:
+                                self._frames_wanted_until = time.monotonic() + WANT_LEASE_S
                         elif note.channel == PEER_CHANNEL:
                             origin, _, body = note.payload.partition(" ")
                             if origin != self.origin:
                                 self._hand_over(0, peer=body)
                         else:
                             self._hand_over(0, token=True)
-            except psycopg.Error:
+                    self._say_wanted(conn)
+            except psycopg.Error as exc:
                 if not self._listen_stop.is_set():
-                    log.warning("listen_connection_lost", target=self.target)
+                    log.warning("listen_connection_lost", target=self.target, error=str(exc))
                     self._listen_stop.wait(LISTEN_RETRY_S)
             finally:
                 self._listen_conn = None
@@ -717,6 +748,18 @@ class PostgresStore(WriterStore):
                 loop.call_soon_threadsafe(self._tell_token_listeners)
             if peer is not None:
                 loop.call_soon_threadsafe(self._tell_peer_listeners, peer)
+
+    def _say_wanted(self, conn: psycopg.Connection[Any]) -> None:
+        """On the LISTEN thread, between waits: while this process has live streams, tell the
+        others (at once when the first joins, then every ``WANT_EVERY_S``) to send their frames."""
+        handoff = self._handoff
+        if handoff is None or not handoff.wanted():
+            self._said_wanted = None
+            return
+        now = time.monotonic()
+        if self._said_wanted is None or now - self._said_wanted >= WANT_EVERY_S:
+            conn.execute("SELECT pg_notify(%s, %s)", (WANT_CHANNEL, self.origin))
+            self._said_wanted = now
 
     def _take_frames(self, payload: str) -> None:
         """Another process's batch frames (``FRAMES_CHANNEL``), decoded here on the LISTEN thread

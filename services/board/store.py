@@ -426,6 +426,11 @@ class WriterStore:
     def _in_transaction(self, conn: Any) -> bool:
         raise NotImplementedError
 
+    def _peers_want_frames(self) -> bool:
+        """Whether another board process on the database has live streams that this writer's
+        frames would spare a read (PostgreSQL; never where the database has one board)."""
+        return False
+
     def translate_error(self, exc: BaseException) -> BaseException:
         """What a command's caller is told about ``exc`` (a stable code where the engine refused)."""
         return exc
@@ -582,10 +587,10 @@ class WriterStore:
                 job.lose(batch_lost(exc))
             return 0
         handoff = self._handoff
-        # Frames are encoded for this process's live streams, and where other board processes may
-        # serve the database, for theirs: they travel with the COMMIT (``_commit``).
+        # Frames are encoded for this process's live streams, and for those of other board
+        # processes on the database that have some: they travel with the COMMIT (``_commit``).
         local = handoff is not None and handoff.wanted()
-        encode = handoff.encode if handoff is not None and (local or self.serves_peers) else None
+        encode = handoff.encode if handoff is not None and (local or self._peers_want_frames()) else None
         # ``locked_at`` is the head this batch begins on, read under the write lock; the hand-off
         # still counts the rows after it (_encoded_batch): a trigger may have appended one.
         others = self._others_committed(locked_at)

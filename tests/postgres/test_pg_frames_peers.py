@@ -1,6 +1,7 @@
 """A batch's frames travel with its COMMIT to the other board processes on the database.
 
-The writer sends its encoded frames in a notification before the log one (``FRAMES_CHANNEL``).
+The writer sends its encoded frames in a notification before the log one (``FRAMES_CHANNEL``),
+while another process has said it has live streams (``WANT_CHANNEL``).
 Another process publishes them only when its log reader stands at the head the batch began on;
 otherwise, or when no frames came, its reader reads the rows back as before. Either way every
 stream gets every row once, in revision order. The two processes here are two in-process boards
@@ -23,7 +24,7 @@ import pytest
 from services.board.fanout import Handoff
 from services.board.keys import LOG_READER
 from services.board.logreader import LogReader
-from services.board.postgres_store import FRAMES_NOTE_BYTES
+from services.board.postgres_store import FRAMES_NOTE_BYTES, WANT_EVERY_S, PostgresStore
 from services.board.store import Actor, Tx
 from shared import events
 from shared.sse import SSEMessage, SSEParser
@@ -103,11 +104,20 @@ def reader_of(board: RunningBoard) -> LogReader:
     return reader
 
 
-async def live(board: RunningBoard, count: int) -> None:
+async def live(board: RunningBoard, count: int, *, heard_by: RunningBoard | None = None) -> None:
+    """``count`` streams in ``board``'s live fan-out, and ``heard_by`` told so (it sends frames)."""
     async def joined() -> bool:
         return reader_of(board).subscribers == count
 
     await async_wait_until(joined, what=f"{count} streams in the live fan-out")
+    if heard_by is not None:
+        store = heard_by.store
+        assert isinstance(store, PostgresStore)
+
+        async def told() -> bool:
+            return store.frames_wanted
+
+        await async_wait_until(told, what="the other process to hear that streams are live")
 
 
 @pytest.fixture
@@ -138,7 +148,7 @@ async def test_another_process_streams_a_batch_from_its_frames_byte_for_byte_wit
     on_a = BoardClient(a.url, a.token, session)
     await make_project(on_a)
     stream = await Stream.open(session, b)
-    await live(b, 1)
+    await live(b, 1, heard_by=a)
     start, taken, read = head(postgres_url), handoff_of(b).taken, reader_of(b).rows_read
     try:
         task = await make_task(on_a, title="Ünïcode — \"quoted\" \\ back\nslash 🚀 ' O''Brien", labels=["x"])
@@ -166,7 +176,7 @@ async def test_a_commit_nobody_announced_before_a_batch_makes_the_other_process_
     await make_project(on_a)
     task = await make_task(on_a)
     stream = await Stream.open(session, b)
-    await live(b, 1)
+    await live(b, 1, heard_by=a)
     start, handoff, read = head(postgres_url), handoff_of(b), reader_of(b).rows_read
     declined, taken = handoff.declined, handoff.taken
     try:
@@ -219,7 +229,7 @@ async def test_a_batch_that_sends_no_frames_is_read_by_the_other_process(
     await make_project(on_a)
     task = await make_task(on_a)
     stream = await Stream.open(session, b)
-    await live(b, 1)
+    await live(b, 1, heard_by=a)
     start, handoff, read = head(postgres_url), handoff_of(b), reader_of(b).rows_read
     taken, declined = handoff.taken, handoff.declined
     try:
@@ -244,8 +254,8 @@ async def test_two_processes_and_a_script_writing_at_once_lose_and_repeat_nothin
     task = await make_task(on_a)
     start = head(postgres_url)
     streams = [await Stream.open(session, a), await Stream.open(session, b), await Stream.open(session, b, "?project=demo")]
-    await live(a, 1)
-    await live(b, 2)
+    await live(a, 1, heard_by=b)
+    await live(b, 2, heard_by=a)
     taken = handoff_of(a).taken, handoff_of(b).taken
 
     async def writer(board: RunningBoard, n: int) -> None:
@@ -288,7 +298,7 @@ async def test_a_frames_note_that_cannot_be_read_is_dropped_and_the_rows_are_rea
     await make_project(on_a)
     task = await make_task(on_a)
     stream = await Stream.open(session, b)
-    await live(b, 1)
+    await live(b, 1, heard_by=a)
     start, handoff, read = head(postgres_url), handoff_of(b), reader_of(b).rows_read
     taken, declined = handoff.taken, handoff.declined
     try:
@@ -305,3 +315,55 @@ async def test_a_frames_note_that_cannot_be_read_is_dropped_and_the_rows_are_rea
     finally:
         stream.close()
     assert [revision for revision, _ in got] == logged(postgres_url, start)
+
+
+async def test_no_frames_are_sent_while_no_other_process_has_a_live_stream(
+    boards: tuple[RunningBoard, RunningBoard], session: aiohttp.ClientSession, postgres_url: str,
+) -> None:
+    a, b = boards
+    on_a = BoardClient(a.url, a.token, session)
+    await make_project(on_a)
+    own = await Stream.open(session, a)  # A's own stream says nothing to A
+    await live(a, 1)
+    handoff = handoff_of(b)
+    try:
+        declined, taken = handoff.declined, handoff.taken
+        task = await make_task(on_a)
+        await own.until(task["revision"])
+        assert (handoff.declined, handoff.taken) == (declined, taken), "B heard no frames"
+        assert isinstance(a.store, PostgresStore) and not a.store.frames_wanted
+        # A stream opens on B: B says so, and A's next batch comes as frames.
+        stream = await Stream.open(session, b)
+        await live(b, 1, heard_by=a)
+        try:
+            await on_a.patch(f"/api/v1/tasks/{task['id']}", {"title": "now with a stream on B"})
+            await stream.until(head(postgres_url))
+            assert handoff.taken == taken + 1
+        finally:
+            stream.close()
+    finally:
+        own.close()
+
+
+async def test_a_process_that_starts_listening_hears_at_once_who_has_live_streams(
+    boards: tuple[RunningBoard, RunningBoard], session: aiohttp.ClientSession, postgres_url: str, tmp_path: Path,
+) -> None:
+    a, b = boards
+    stream = await Stream.open(session, b)
+    try:
+        await live(b, 1, heard_by=a)
+        # B said so when its stream joined (A heard it); a process starting later asks, and B
+        # answers before its next turn to say it again.
+        c = await start_board(tmp_path / "c", database=postgres_url, external_poll_interval=60.0)
+        try:
+            store = c.store
+            assert isinstance(store, PostgresStore)
+
+            async def told() -> bool:
+                return store.frames_wanted
+
+            await async_wait_until(told, timeout=WANT_EVERY_S / 2, what="the new process to hear of B's stream")
+        finally:
+            await c.runner.cleanup()
+    finally:
+        stream.close()
