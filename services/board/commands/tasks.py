@@ -194,7 +194,8 @@ def create_task(
         # The relation stamps the child again: read back what it left.
         relations.add_relation(tx, parent, type="parent", target=task_id)
         return task_resource(tx.conn, reload(tx, task_id)), True
-    return task_resource(tx.conn, stamped(as_written(inserted, {}), revision)), True
+    # Nothing can point ``blocks`` at a task that did not exist before this command: no blockers to read.
+    return task_resource(tx.conn, stamped(as_written(inserted, {}), revision), blockers=[]), True
 
 
 def _short(value: Any) -> bool:
