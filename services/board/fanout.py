@@ -14,10 +14,10 @@ the whole range — the other commit and the batch — from the database as befo
 was already reading when the hand-off went out may overlap it; streams skip what they already
 have by revision (``Stream.offer``), so nothing is sent twice.
 
-Where several board processes serve one PostgreSQL database, the writer encodes its frames even
-with no stream of its own live, and they travel with the COMMIT (``postgres_store.FRAMES_CHANNEL``,
-``pack``/``unpack``): the other processes' hand-offs publish them under the same rule, so a
-stream there needs no read of the rows either.
+Where several board processes serve one PostgreSQL database, the writer also encodes its frames
+while another process has live streams, with no stream of its own, and they travel with the
+COMMIT (``postgres_store.FRAMES_CHANNEL``, ``pack``/``unpack``): the other processes' hand-offs
+publish them under the same rule, so a stream there needs no read of the rows either.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ same shape as ``sqlite3.Row``. What differs is below the seam:
 * **Waking the other processes.** The batch's last statement is ``pg_notify('taskloom_log', R)``:
   delivered at COMMIT, never for a rollback. A ``LISTEN`` thread turns each notification into the
   same commit-listener call an in-process commit makes. Before it go the batch's encoded frames
-  (``FRAMES_CHANNEL``), which the other processes' hand-offs publish without reading them back.
+  (``FRAMES_CHANNEL``) while another process has live streams (``WANT_CHANNEL``), which the other
+  processes' hand-offs publish without reading the rows back.
 * **Reads** run on a ``psycopg_pool`` of ``REPEATABLE READ READ ONLY`` connections: one snapshot
   per ``store.query``, as on SQLite.
 * **Refusals** of the PL/pgSQL triggers carry SQLite's exact RAISE text, so they translate to the
@@ -542,9 +543,10 @@ class PostgresStore(WriterStore):
         return (frames[0], int(row[0]), encoded) if row[1] == len(encoded) else None
 
     def _frames_note(self, conn: PgConnection, began: int, encoded: tuple[Any, ...]) -> list[str]:
-        """The statement sending the batch's frames to the other processes, if one of them has live
-        streams and they fit one notification; it sends nothing unless they are every row after ``began`` (the same count
-        as the check before it), and names the head the batch commits at."""
+        """The statement sending the batch's frames to the other processes, if one of them has
+        live streams and they fit one notification; it sends nothing unless they are every row
+        after ``began`` (the same count as the check before it), and names the head the batch
+        commits at."""
         handoff = self._handoff
         if handoff is None or not self.frames_wanted:
             return []
