@@ -13,6 +13,11 @@ but a commit by another process (a script, ``taskctl`` on the file, a second boa
 the whole range — the other commit and the batch — from the database as before. A page the reader
 was already reading when the hand-off went out may overlap it; streams skip what they already
 have by revision (``Stream.offer``), so nothing is sent twice.
+
+Where several board processes serve one PostgreSQL database, the writer also encodes its frames
+while another process has live streams, with no stream of its own, and they travel with the
+COMMIT (``postgres_store.FRAMES_CHANNEL``, ``pack``/``unpack``): the other processes' hand-offs
+publish them under the same rule, so a stream there needs no read of the rows either.
 """
 
 from __future__ import annotations
@@ -78,6 +83,21 @@ class Handoff:
         return self.reader.subscribers > 0
 
     encode = staticmethod(encode_recorded)
+
+    @staticmethod
+    def pack(frames: tuple[Frame, ...]) -> bytes:
+        """The frames for another board process (``BatchHandoff.pack``): each one's fields, its SSE
+        bytes as they are, so what that process's streams send is byte for byte what these send."""
+        return orjson.dumps([(frame.revision, frame.event, frame.task_id, frame.project_id, frame.wire.decode())
+                             for frame in frames])
+
+    @staticmethod
+    def unpack(packed: bytes) -> tuple[Frame, ...]:
+        try:
+            return tuple(Frame(int(revision), str(event), task_id, project_id, wire.encode())
+                         for revision, event, task_id, project_id, wire in orjson.loads(packed))
+        except (TypeError, AttributeError) as exc:  # well-formed JSON of another shape
+            raise ValueError(f"not packed frames: {exc}") from exc
 
     def deliver(self, after: int, end: int, frames: tuple[Frame, ...]) -> bool:
         """On the event loop after COMMIT: publish the batch if it starts where the reader stands."""

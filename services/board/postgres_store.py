@@ -10,7 +10,9 @@ same shape as ``sqlite3.Row``. What differs is below the seam:
   process (``docs/architecture.md``, "Revisions on PostgreSQL never let a reader skip").
 * **Waking the other processes.** The batch's last statement is ``pg_notify('taskloom_log', R)``:
   delivered at COMMIT, never for a rollback. A ``LISTEN`` thread turns each notification into the
-  same commit-listener call an in-process commit makes.
+  same commit-listener call an in-process commit makes. Before it go the batch's encoded frames
+  (``FRAMES_CHANNEL``) while another process has live streams (``WANT_CHANNEL``), which the other
+  processes' hand-offs publish without reading the rows back.
 * **Reads** run on a ``psycopg_pool`` of ``REPEATABLE READ READ ONLY`` connections: one snapshot
   per ``store.query``, as on SQLite.
 * **Refusals** of the PL/pgSQL triggers carry SQLite's exact RAISE text, so they translate to the
@@ -46,6 +48,8 @@ from .dialect import POSTGRESQL, Params, bind
 from .store import (
     READER_THREADS,
     Actor,
+    BatchFrames,
+    Handed,
     SchemaTooNew,
     StoreUnreachable,
     Tx,
@@ -66,6 +70,23 @@ TOKEN_CHANNEL: Final = "taskloom_token"
 #: What a commit's effects mean for the other board processes (signals, deadlines), as
 #: ``<origin> <note>``: each process drops its own.
 PEER_CHANNEL: Final = "taskloom_peer"
+#: A batch's encoded frames, sent with its COMMIT before the log notification, as ``<end> <origin>
+#: <began> <packed frames>``: another process whose log reader stands at ``began`` publishes them
+#: without reading the rows back (``Handoff.deliver``); any other falls back to reading.
+FRAMES_CHANNEL: Final = "taskloom_frames"
+#: The most a frames notification may hold: PostgreSQL refuses one of 8,000 bytes or more. A
+#: batch whose frames do not fit sends none; the other processes read its rows.
+FRAMES_NOTE_BYTES: Final = 7900
+#: Sent (``<origin>``) by a process while its log reader has live streams: only then do the others
+#: send their frames, which cost a process serving the database alone server and client time.
+WANT_CHANNEL: Final = "taskloom_frames_wanted"
+#: How often a process with live streams says so again, seconds; the others send frames for
+#: ``WANT_LEASE_S`` after hearing it. Until the first word arrives a new stream's frames are read.
+WANT_EVERY_S: Final = 5.0
+WANT_LEASE_S: Final = 3 * WANT_EVERY_S
+#: Sent on ``WANT_CHANNEL`` by a process that has just started listening: whoever has live streams
+#: says so at once.
+WANT_ASK: Final = "?"
 #: How long connecting may take before the server counts as unreachable, seconds.
 CONNECT_TIMEOUT_S: Final = 5
 #: How long a read waits for a pool connection before answering 503, seconds.
@@ -382,6 +403,15 @@ def translate_error(exc: BaseException) -> BaseException:
 
 # -- the store --------------------------------------------------------------------------------------
 
+#: The head and the activity rows after a batch's first head, read before its COMMIT (under the
+#: write lock): the batch's frames are its hand-off only if they are that many.
+_ROWS_AFTER: Final = (
+    "SELECT (SELECT revision FROM global_revision WHERE singleton = 1) AS head, count(*) AS rows_after"
+    " FROM task_activities WHERE revision > {began}"
+)
+#: Revisions are BIGINT: the widest head a frames notification may name.
+MAX_REVISION: Final = 2**63 - 1
+
 TokenListener = Callable[[], None]
 
 
@@ -409,6 +439,10 @@ class PostgresStore(WriterStore):
         #: Names this store's notifications, so its own LISTEN drops them.
         self.origin = secrets.token_hex(6)
         self._listen_conn: psycopg.Connection[Any] | None = None
+        #: Until when (monotonic) another process has said it has live streams (``WANT_CHANNEL``),
+        #: and when this one last said so itself (LISTEN thread).
+        self._frames_wanted_until = 0.0
+        self._said_wanted: float | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -480,21 +514,64 @@ class PostgresStore(WriterStore):
         if statements:
             conn.script("; ".join(statements))  # one simple query, one round trip
 
-    def _commit(self, conn: PgConnection, revision: int, notes: Sequence[str] = ()) -> None:
-        if not revision and not notes:
+    def _commit(
+        self, conn: PgConnection, revision: int, notes: Sequence[str] = (), frames: BatchFrames | None = None,
+    ) -> Handed | None:
+        encoded = frames[1] if frames is not None else ()
+        if not revision and not notes and not encoded:
             conn.execute("COMMIT")
-            return
-        # Delivered at COMMIT, never for a rollback; one round trip with the COMMIT itself.
-        steps = [f"SELECT pg_notify('{LOG_CHANNEL}', '{int(revision)}')"] if revision else []
+            return None
+        # One round trip with the COMMIT itself: the check of the batch's frames (as
+        # ``WriterStore._encoded_batch``) and the notifications, delivered at COMMIT, never for a
+        # rollback. The frames go first: a process that publishes them has read up to the
+        # revision the log notification then names, and reads nothing for it.
+        steps = []
+        if frames is not None and encoded:
+            steps.append(_ROWS_AFTER.format(began=int(frames[0])))
+            steps += self._frames_note(conn, frames[0], encoded)
+        steps += [f"SELECT pg_notify('{LOG_CHANNEL}', '{int(revision)}')"] if revision else []
         steps += [
             sql.SQL("SELECT pg_notify({}, {})").format(sql.Literal(PEER_CHANNEL), sql.Literal(f"{self.origin} {note}"))
             .as_string(conn.raw)
             for note in notes
         ]
-        conn.script("; ".join((*steps, "COMMIT")))
+        cursor = conn.script("; ".join((*steps, "COMMIT")))
+        if frames is None or not encoded:
+            return None
+        row = cursor.fetchone()
+        assert row is not None, "an aggregate returns one row"
+        return (frames[0], int(row[0]), encoded) if row[1] == len(encoded) else None
+
+    def _frames_note(self, conn: PgConnection, began: int, encoded: tuple[Any, ...]) -> list[str]:
+        """The statement sending the batch's frames to the other processes, if one of them has
+        live streams and they fit one notification; it sends nothing unless they are every row
+        after ``began`` (the same count as the check before it), and names the head the batch
+        commits at."""
+        handoff = self._handoff
+        if handoff is None or not self.frames_wanted:
+            return []
+        tail = f" {self.origin} {int(began)} ".encode() + handoff.pack(encoded)
+        if len(tail) + len(str(MAX_REVISION)) > FRAMES_NOTE_BYTES:
+            return []
+        return [
+            sql.SQL(
+                "SELECT pg_notify({}, batch.head::text || {}) FROM ({}) AS batch WHERE batch.rows_after = {}"
+            ).format(
+                sql.Literal(FRAMES_CHANNEL), sql.Literal(tail.decode()), sql.SQL(_ROWS_AFTER.format(began=int(began))),
+                sql.Literal(len(encoded)),
+            ).as_string(conn.raw)
+        ]
 
     def _in_transaction(self, conn: PgConnection) -> bool:
         return conn.in_transaction
+
+    @property
+    def frames_wanted(self) -> bool:
+        """Whether another process on the database has said lately that it has live streams."""
+        return time.monotonic() < self._frames_wanted_until
+
+    def _peers_want_frames(self) -> bool:
+        return self.frames_wanted
 
     def translate_error(self, exc: BaseException) -> BaseException:
         return translate_error(exc)
@@ -628,6 +705,10 @@ class PostgresStore(WriterStore):
                 conn.execute(f"LISTEN {LOG_CHANNEL}")
                 conn.execute(f"LISTEN {TOKEN_CHANNEL}")
                 conn.execute(f"LISTEN {PEER_CHANNEL}")
+                conn.execute(f"LISTEN {FRAMES_CHANNEL}")
+                conn.execute(f"LISTEN {WANT_CHANNEL}")
+                # Anyone with live streams says so again at once, rather than at its next turn.
+                conn.execute(f"SELECT pg_notify('{WANT_CHANNEL}', '{WANT_ASK}')")
                 # Whatever was committed while nobody listened: the readers read up to the head now.
                 head = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()
                 self._hand_over(int(head[0]) if head else 0, token=True)
@@ -635,15 +716,23 @@ class PostgresStore(WriterStore):
                     for note in conn.notifies(timeout=LISTEN_WAKE_S):
                         if note.channel == LOG_CHANNEL:
                             self._hand_over(int(note.payload or 0))
+                        elif note.channel == FRAMES_CHANNEL:
+                            self._take_frames(note.payload)
+                        elif note.channel == WANT_CHANNEL:
+                            if note.payload == WANT_ASK:
+                                self._said_wanted = None
+                            elif note.payload != self.origin:
+                                self._frames_wanted_until = time.monotonic() + WANT_LEASE_S
                         elif note.channel == PEER_CHANNEL:
                             origin, _, body = note.payload.partition(" ")
                             if origin != self.origin:
                                 self._hand_over(0, peer=body)
                         else:
                             self._hand_over(0, token=True)
-            except psycopg.Error:
+                    self._say_wanted(conn)
+            except psycopg.Error as exc:
                 if not self._listen_stop.is_set():
-                    log.warning("listen_connection_lost", target=self.target)
+                    log.warning("listen_connection_lost", target=self.target, error=str(exc))
                     self._listen_stop.wait(LISTEN_RETRY_S)
             finally:
                 self._listen_conn = None
@@ -661,6 +750,34 @@ class PostgresStore(WriterStore):
                 loop.call_soon_threadsafe(self._tell_token_listeners)
             if peer is not None:
                 loop.call_soon_threadsafe(self._tell_peer_listeners, peer)
+
+    def _say_wanted(self, conn: psycopg.Connection[Any]) -> None:
+        """On the LISTEN thread, between waits: while this process has live streams, tell the
+        others (at once when the first joins, then every ``WANT_EVERY_S``) to send their frames."""
+        handoff = self._handoff
+        if handoff is None or not handoff.wanted():
+            self._said_wanted = None
+            return
+        now = time.monotonic()
+        if self._said_wanted is None or now - self._said_wanted >= WANT_EVERY_S:
+            conn.execute("SELECT pg_notify(%s, %s)", (WANT_CHANNEL, self.origin))
+            self._said_wanted = now
+
+    def _take_frames(self, payload: str) -> None:
+        """Another process's batch frames (``FRAMES_CHANNEL``), decoded here on the LISTEN thread
+        and handed to this process's hand-off on the loop. One that cannot be read is dropped: the
+        log notification after it still wakes the log reader, which reads the rows."""
+        end, origin, began, packed = (payload.split(" ", 3) + ["", "", ""])[:4]
+        handoff, loop = self._handoff, self._loop
+        if origin == self.origin or handoff is None or loop is None:
+            return
+        try:
+            handed = (int(began), int(end), handoff.unpack(packed.encode()))
+        except ValueError:
+            log.warning("frames_note_unreadable", target=self.target)
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody left to tell
+            loop.call_soon_threadsafe(self._hand_off, handed)
 
     def _tell_token_listeners(self) -> None:
         for listener in tuple(self._token_listeners):

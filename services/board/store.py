@@ -257,9 +257,19 @@ class BatchHandoff(Protocol):
     def deliver(self, after: int, end: int, frames: tuple[Any, ...]) -> bool:
         """Publish a committed batch; False leaves it to the log reader."""
 
+    def pack(self, frames: tuple[Any, ...]) -> bytes:
+        """A batch's frames as text another board process's ``unpack`` reads (PostgreSQL sends it
+        with the COMMIT, so the other processes' log readers need not read the rows back)."""
+
+    def unpack(self, packed: bytes) -> tuple[Any, ...]:
+        """The frames ``pack`` wrote; ValueError (or a subclass) when ``packed`` is not such text."""
+
 
 #: ``(after, end, frames)`` of a committed batch whose frames were encoded by the writer.
 Handed = tuple[int, int, tuple[Any, ...]]
+#: ``(began, frames)``: the head a batch began on and the frames its commands encoded, for the
+#: COMMIT to check against the database (``WriterStore._commit``).
+BatchFrames = tuple[int, tuple[Any, ...]]
 
 
 class _Job:
@@ -402,13 +412,24 @@ class WriterStore:
         for statement in statements:
             conn.execute(statement)
 
-    def _commit(self, conn: Any, revision: int, notes: Sequence[str] = ()) -> None:
+    def _commit(self, conn: Any, revision: int, notes: Sequence[str] = (), frames: BatchFrames | None = None) -> Handed | None:
         """COMMIT a batch whose last appended revision is ``revision`` (0: none); PostgreSQL adds its
-        NOTIFY, and sends ``notes`` (``PeerEffects``) to the other board processes with it."""
+        NOTIFY, and sends ``notes`` (``PeerEffects``) to the other board processes with it.
+
+        With ``frames``, the batch's frames are checked against the rows the database holds after
+        the head it began on, before COMMIT (``_encoded_batch``): what is returned, the batch's
+        hand-off, is None unless they are every row of its range."""
+        handed = self._encoded_batch(conn, *frames) if frames is not None and frames[1] else None
         conn.execute("COMMIT")
+        return handed
 
     def _in_transaction(self, conn: Any) -> bool:
         raise NotImplementedError
+
+    def _peers_want_frames(self) -> bool:
+        """Whether another board process on the database has live streams that this writer's
+        frames would spare a read (PostgreSQL; never where the database has one board)."""
+        return False
 
     def translate_error(self, exc: BaseException) -> BaseException:
         """What a command's caller is told about ``exc`` (a stable code where the engine refused)."""
@@ -566,7 +587,10 @@ class WriterStore:
                 job.lose(batch_lost(exc))
             return 0
         handoff = self._handoff
-        encode = handoff.encode if handoff is not None and handoff.wanted() else None
+        # Frames are encoded for this process's live streams, and for those of other board
+        # processes on the database that have some: they travel with the COMMIT (``_commit``).
+        local = handoff is not None and handoff.wanted()
+        encode = handoff.encode if handoff is not None and (local or self._peers_want_frames()) else None
         # ``locked_at`` is the head this batch begins on, read under the write lock; the hand-off
         # still counts the rows after it (_encoded_batch): a trigger may have appended one.
         others = self._others_committed(locked_at)
@@ -600,11 +624,11 @@ class WriterStore:
             job.appended = tx.appended
             job.effects = tx.effects
             job.encoded = tx.encoded
-        handed = self._encoded_batch(conn, locked_at, batch) if encode is not None else None
+        frames = (locked_at, tuple(frame for job in batch for frame in job.encoded)) if encode is not None else None
         last = max((job.appended[-1] for job in batch if job.appended), default=0)
         self._batch_head = last or locked_at
         try:
-            self._commit(conn, last, self._peer_notes(batch, self._batch_head))
+            handed = self._commit(conn, last, self._peer_notes(batch, self._batch_head), frames)
         except self.driver_error as exc:
             # The whole batch is unwritten; which command made COMMIT fail cannot be told, so
             # every caller hears 503 and may retry.
@@ -613,7 +637,7 @@ class WriterStore:
                 job.lose(batch_lost(exc))
             self._left_head = None
             return 0
-        self._handed = handed
+        self._handed = handed if local else None
         self._committed_at(locked_at, last)
         return last
 
@@ -633,14 +657,13 @@ class WriterStore:
         """What this writer left: its last revision, or the head it found when it appended none."""
         self._left_head = last or locked_at
 
-    def _encoded_batch(self, conn: Any, began: int, batch: list[_Job]) -> Handed | None:
+    def _encoded_batch(self, conn: Any, began: int, frames: tuple[Any, ...]) -> Handed | None:
         """The batch's frames with the range they cover, if they are every row of that range.
 
         Counted in the database rather than trusted: a row appended by anything but ``Tx.record``
         (a trigger, a future command) or by another process committing before this batch's first
         row would otherwise be skipped by every stream.
         """
-        frames = tuple(frame for job in batch for frame in job.encoded)
         try:
             end, rows = conn.execute(
                 "SELECT (SELECT revision FROM global_revision WHERE singleton = 1), count(*)"
@@ -672,11 +695,8 @@ class WriterStore:
 
     def _deliver(self, jobs: list[_Job], revision: int, handed: Handed | None = None, head: int = 0) -> None:
         """On the event loop, after COMMIT: the hand-off and listeners first, then the callers resume."""
-        if handed is not None and self._handoff is not None:
-            try:
-                self._handoff.deliver(*handed)
-            except Exception:
-                log.exception("batch_handoff_failed", revision=revision)
+        if handed is not None:
+            self._hand_off(handed)
         if revision:
             self._notify(revision)
         effects = [effect for job in jobs if job.error is None for effect in job.effects]
@@ -693,6 +713,15 @@ class WriterStore:
                 job.future.set_exception(job.error)
             else:
                 job.future.set_result(job.result)
+
+    def _hand_off(self, handed: Handed) -> None:
+        """On the event loop: a committed batch's frames (this writer's, or another board
+        process's) to the hand-off, which publishes them if they start where its reader stands."""
+        if self._handoff is not None:
+            try:
+                self._handoff.deliver(*handed)
+            except Exception:
+                log.exception("batch_handoff_failed", revision=handed[1])
 
     def _notify(self, revision: int) -> None:
         for listener in tuple(self._listeners):

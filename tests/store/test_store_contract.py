@@ -149,6 +149,25 @@ def test_an_update_or_a_move_answers_the_task_as_a_fresh_read_shows_it(board: Wr
         previous = answer
 
 
+def test_a_create_answers_the_task_as_a_fresh_read_shows_it(board: WriterStore) -> None:
+    """The create answers from the row its INSERT returned, with the revision its stamp took: the
+    schema's defaults, the stamp and the blockers must be what a new read finds."""
+    epic = new_task(board, "Epic", kind="epic")
+    creates: list[dict[str, Any]] = [
+        {},
+        {"labels": ["docs", "ui"], "meta": {"source": "x", "n": 1.5}, "assignee_kind": "claude", "assignee_id": "cc",
+         "reporter_kind": "human", "reporter_id": "ann", "priority": "urgent", "kind": "bug", "status": "backlog",
+         "description": "Longer", "acceptance_mode": "none", "idem": "key-1"},
+        {"parent": epic["id"]},  # the relation stamps the child again after its row
+    ]
+    for fields in creates:
+        answer = new_task(board, "Fresh", **fields)
+        assert answer == board.run_query(get_task, answer["id"]), fields
+    # An idem key a live task holds answers that task as it is.
+    again, created = run(board, tasks.create_task, project="demo", title="Fresh", idem="key-1")
+    assert not created and again == board.run_query(get_task, again["id"])
+
+
 def test_the_lifecycle_verbs_answer_the_task_as_a_fresh_read_shows_it(board: WriterStore) -> None:
     epic = new_task(board, "Epic", kind="epic")
     task = new_task(board, "Child", parent=epic["id"], labels=["docs"])

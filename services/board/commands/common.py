@@ -186,7 +186,8 @@ def stamped(row: dict[str, Any], revision: int) -> dict[str, Any]:
     revision of the first activity row the command appended after writing it.
 
     On either engine the stamp trigger of a task update takes the next global revision once (the
-    schema's ``tasks_stamp_update``) and that activity row the one after: nothing in between bumps
+    schema's ``tasks_stamp_update``, or ``tasks_stamp_insert`` for the row ``INSERT … RETURNING``
+    gave) and that activity row the one after: nothing in between bumps
     it (the actor and label tables have no stamp). Reading the revision back instead would be one
     more statement on the writer for every command.
     """

@@ -21,6 +21,7 @@ from ..store import Tx
 from . import relations, rollup
 from .common import (
     apply_labels,
+    as_written,
     check_actor,
     check_reason,
     check_text,
@@ -35,6 +36,7 @@ from .common import (
     stamped,
     touch_actor,
     write_task,
+    written,
 )
 
 #: Task fields ``update`` may patch; status has its own commands.
@@ -161,17 +163,20 @@ def create_task(
         dictionaries["reporter"] = touch_actor(tx, reporter_kind, reporter_id)
     apply_labels(tx, project, [], label_names)
     task_id = new_id()
-    tx.execute(
+    # RETURNING gives the row with the schema's defaults, as the insert's statement left it: the
+    # stamp of its revision, by an AFTER trigger, is added by ``stamped`` below.
+    inserted = written(tx.one(
         "INSERT INTO tasks (id, project_id, number, identifier, title, description, kind, priority, status,"
         " labels_json, assignee_kind, assignee_id, reporter_kind, reporter_id, acceptance_mode, idem, meta_json,"
-        " created_at, updated_at, status_since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " created_at, updated_at, status_since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " RETURNING *",
         (
             task_id, project, number, identifier, title, description, kind, priority, status, dumps(label_names),
             assignee_kind, assignee_id, reporter_kind, reporter_id, acceptance_mode, idem, dumps(meta),
             tx.now, tx.now, tx.now,
         ),
-    )
-    tx.record(
+    ))
+    revision = tx.record(
         events.TASK_CREATED,
         events.task_created(
             identifier=identifier,
@@ -186,8 +191,11 @@ def create_task(
         project_id=project,
     )
     if parent is not None:
+        # The relation stamps the child again: read back what it left.
         relations.add_relation(tx, parent, type="parent", target=task_id)
-    return task_resource(tx.conn, reload(tx, task_id)), True
+        return task_resource(tx.conn, reload(tx, task_id)), True
+    # Nothing can point ``blocks`` at a task that did not exist before this command: no blockers to read.
+    return task_resource(tx.conn, stamped(as_written(inserted, {}), revision), blockers=[]), True
 
 
 def _short(value: Any) -> bool:

@@ -49,10 +49,11 @@ def blockers_of(conn: Connection, task_ids: list[str]) -> dict[str, list[str]]:
     return found
 
 
-def task_resource(conn: Connection, row: TaskRow) -> dict[str, Any]:
-    """A task as the API answers it: its fields and its open blockers (``blocked_by``)."""
+def task_resource(conn: Connection, row: TaskRow, *, blockers: list[str] | None = None) -> dict[str, Any]:
+    """A task as the API answers it: its fields and its open blockers (``blocked_by``), read
+    unless the caller knows them (a task its own command has just created has none)."""
     task = task_to_dict(row)
-    task["blocked_by"] = rules.open_blockers(conn, task["id"])
+    task["blocked_by"] = rules.open_blockers(conn, task["id"]) if blockers is None else blockers
     return task
 
 
