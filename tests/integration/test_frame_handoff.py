@@ -28,8 +28,8 @@ from services.board.keys import LOG_READER
 from services.board.store import Actor, Tx
 from shared import events
 from shared.errors import TaskloomError
-from shared.sse import SSEMessage, SSEParser
 from tests.support.board import BoardClient, RunningBoard, make_project, make_task, start_board
+from tests.support.frames import FrameStream
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -52,38 +52,6 @@ try:
 finally:
     store.close()
 """
-
-
-class Frames:
-    """One live stream's data frames, as sent: (id, the data line's text)."""
-
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self.response = response
-        self.parser = SSEParser()
-        self.frames: list[tuple[int, str]] = []
-        self.cursor = 0
-
-    @classmethod
-    async def open(cls, session: aiohttp.ClientSession, board: RunningBoard, query: str = "") -> Frames:
-        response = await session.get(f"{board.url}/api/v1/events{query}",
-                                     headers={"Authorization": f"Bearer {board.token}"})
-        assert response.status == 200
-        return cls(response)
-
-    async def until(self, revision: int, timeout: float = 20.0) -> list[tuple[int, str]]:
-        async with asyncio.timeout(timeout):
-            while self.cursor < revision:
-                chunk = await self.response.content.readany()
-                assert chunk, "the stream ended early"
-                for item in self.parser.feed(chunk):
-                    if isinstance(item, SSEMessage) and item.id is not None:
-                        self.cursor = int(item.id)
-                        if item.data is not None:
-                            self.frames.append((self.cursor, item.data))
-        return self.frames
-
-    def close(self) -> None:
-        self.response.close()
 
 
 def database_rows(board: RunningBoard) -> list[int]:
@@ -139,7 +107,7 @@ async def test_handed_frames_are_byte_for_byte_the_frames_the_log_reader_reads(
     board: RunningBoard, client: BoardClient, session: aiohttp.ClientSession
 ) -> None:
     await make_project(client)
-    live = await Frames.open(session, board)
+    live = await FrameStream.open(session, board)
     await live_streams(board, 1)
     handoff = handoff_of(board)
     reader = board.app[LOG_READER]
@@ -160,7 +128,7 @@ async def test_handed_frames_are_byte_for_byte_the_frames_the_log_reader_reads(
     # The reader reads a batch back only when its poll raced the hand-off to the loop.
     assert reader.rows_read - read_before < len(got)
     # A replay reads the same rows from the database and encodes them there (logreader.encode_row).
-    replay = await Frames.open(session, board, f"?after={start}")
+    replay = await FrameStream.open(session, board, f"?after={start}")
     try:
         assert await replay.until(end) == got
     finally:
@@ -174,7 +142,7 @@ async def test_a_commit_from_another_process_before_a_batch_makes_the_reader_rea
     client = BoardClient(board.url, board.token, session)
     await make_project(client)
     task = await make_task(client)
-    live = await Frames.open(session, board)
+    live = await FrameStream.open(session, board)
     await live_streams(board, 1)
     handoff = handoff_of(board)
     start = head(board)  # a stream without a cursor starts live here
@@ -206,7 +174,7 @@ async def test_an_external_writer_interleaved_with_the_board_loses_and_repeats_n
     await make_project(client)
     task = await make_task(client)
     start = head(board)  # streams without a cursor start live here
-    streams = [await Frames.open(session, board), await Frames.open(session, board, "?project=demo")]
+    streams = [await FrameStream.open(session, board), await FrameStream.open(session, board, "?project=demo")]
     await live_streams(board, 2)
     handoff = handoff_of(board)
     reader = board.app[LOG_READER]
@@ -267,7 +235,7 @@ async def test_a_refused_command_in_a_handed_batch_sends_no_frame(
 ) -> None:
     await make_project(client)
     task = await make_task(client)
-    live = await Frames.open(session, board)
+    live = await FrameStream.open(session, board)
     await live_streams(board, 1)
     handoff = handoff_of(board)
     store = board.store

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -27,42 +28,11 @@ from services.board.logreader import LogReader
 from services.board.postgres_store import FRAMES_NOTE_BYTES, WANT_EVERY_S, PostgresStore
 from services.board.store import Actor, Tx
 from shared import events
-from shared.sse import SSEMessage, SSEParser
 from tests.support.board import BoardClient, RunningBoard, make_project, make_task, start_board
+from tests.support.frames import FrameStream
 from tests.support.waiting import async_wait_until
 
 ANN = Actor("human", "ann")
-
-
-class Stream:
-    """One live stream's data frames, as sent: (id, the data line's text)."""
-
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self.response = response
-        self.parser = SSEParser()
-        self.frames: list[tuple[int, str]] = []
-        self.cursor = 0
-
-    @classmethod
-    async def open(cls, session: aiohttp.ClientSession, board: RunningBoard, query: str = "") -> Stream:
-        response = await session.get(f"{board.url}/api/v1/events{query}", headers={"Authorization": f"Bearer {board.token}"})
-        assert response.status == 200
-        return cls(response)
-
-    async def until(self, revision: int, timeout: float = 20.0) -> list[tuple[int, str]]:
-        async with asyncio.timeout(timeout):
-            while self.cursor < revision:
-                chunk = await self.response.content.readany()
-                assert chunk, "the stream ended early"
-                for item in self.parser.feed(chunk):
-                    if isinstance(item, SSEMessage) and item.id is not None:
-                        self.cursor = int(item.id)
-                        if item.data is not None:
-                            self.frames.append((self.cursor, item.data))
-        return self.frames
-
-    def close(self) -> None:
-        self.response.close()
 
 
 def logged(url: str, after: int = 0) -> list[int]:
@@ -120,6 +90,18 @@ async def live(board: RunningBoard, count: int, *, heard_by: RunningBoard | None
         await async_wait_until(told, what="the other process to hear that streams are live")
 
 
+async def a_task_streamed_on(
+    b: RunningBoard, *, heard_by: RunningBoard, session: aiohttp.ClientSession,
+) -> tuple[BoardClient, dict[str, Any], FrameStream]:
+    """A project and a task made on ``heard_by``, and a live stream on ``b`` it has heard of."""
+    on_a = BoardClient(heard_by.url, heard_by.token, session)
+    await make_project(on_a)
+    task = await make_task(on_a)
+    stream = await FrameStream.open(session, b)
+    await live(b, 1, heard_by=heard_by)
+    return on_a, task, stream
+
+
 @pytest.fixture
 async def boards(tmp_path: Path, postgres_url: str) -> AsyncIterator[tuple[RunningBoard, RunningBoard]]:
     """Two boards on one database whose log readers never poll: whatever one of them streams of
@@ -147,7 +129,7 @@ async def test_another_process_streams_a_batch_from_its_frames_byte_for_byte_wit
     a, b = boards
     on_a = BoardClient(a.url, a.token, session)
     await make_project(on_a)
-    stream = await Stream.open(session, b)
+    stream = await FrameStream.open(session, b)
     await live(b, 1, heard_by=a)
     start, taken, read = head(postgres_url), handoff_of(b).taken, reader_of(b).rows_read
     try:
@@ -161,7 +143,7 @@ async def test_another_process_streams_a_batch_from_its_frames_byte_for_byte_wit
     assert handoff_of(b).taken == taken + 3, "each of A's three batches was published from its frames"
     assert reader_of(b).rows_read == read, "B read none of them back"
     # A replay on B reads the same rows from the database and encodes them there.
-    replay = await Stream.open(session, b, f"?after={start}")
+    replay = await FrameStream.open(session, b, f"?after={start}")
     try:
         assert await replay.until(head(postgres_url)) == got
     finally:
@@ -172,11 +154,7 @@ async def test_a_commit_nobody_announced_before_a_batch_makes_the_other_process_
     boards: tuple[RunningBoard, RunningBoard], session: aiohttp.ClientSession, postgres_url: str,
 ) -> None:
     a, b = boards
-    on_a = BoardClient(a.url, a.token, session)
-    await make_project(on_a)
-    task = await make_task(on_a)
-    stream = await Stream.open(session, b)
-    await live(b, 1, heard_by=a)
+    on_a, task, stream = await a_task_streamed_on(b, heard_by=a, session=session)
     start, handoff, read = head(postgres_url), handoff_of(b), reader_of(b).rows_read
     declined, taken = handoff.declined, handoff.taken
     try:
@@ -225,11 +203,7 @@ async def test_a_batch_that_sends_no_frames_is_read_by_the_other_process(
     command: object, args: tuple[int, ...], rows: int,
 ) -> None:
     a, b = boards
-    on_a = BoardClient(a.url, a.token, session)
-    await make_project(on_a)
-    task = await make_task(on_a)
-    stream = await Stream.open(session, b)
-    await live(b, 1, heard_by=a)
+    on_a, task, stream = await a_task_streamed_on(b, heard_by=a, session=session)
     start, handoff, read = head(postgres_url), handoff_of(b), reader_of(b).rows_read
     taken, declined = handoff.taken, handoff.declined
     try:
@@ -253,7 +227,7 @@ async def test_two_processes_and_a_script_writing_at_once_lose_and_repeat_nothin
     await make_project(on_a)
     task = await make_task(on_a)
     start = head(postgres_url)
-    streams = [await Stream.open(session, a), await Stream.open(session, b), await Stream.open(session, b, "?project=demo")]
+    streams = [await FrameStream.open(session, a), await FrameStream.open(session, b), await FrameStream.open(session, b, "?project=demo")]
     await live(a, 1, heard_by=b)
     await live(b, 2, heard_by=a)
     taken = handoff_of(a).taken, handoff_of(b).taken
@@ -294,11 +268,7 @@ async def test_a_frames_note_that_cannot_be_read_is_dropped_and_the_rows_are_rea
     boards: tuple[RunningBoard, RunningBoard], session: aiohttp.ClientSession, postgres_url: str, payload: str,
 ) -> None:
     a, b = boards
-    on_a = BoardClient(a.url, a.token, session)
-    await make_project(on_a)
-    task = await make_task(on_a)
-    stream = await Stream.open(session, b)
-    await live(b, 1, heard_by=a)
+    on_a, task, stream = await a_task_streamed_on(b, heard_by=a, session=session)
     start, handoff, read = head(postgres_url), handoff_of(b), reader_of(b).rows_read
     taken, declined = handoff.taken, handoff.declined
     try:
@@ -323,7 +293,7 @@ async def test_no_frames_are_sent_while_no_other_process_has_a_live_stream(
     a, b = boards
     on_a = BoardClient(a.url, a.token, session)
     await make_project(on_a)
-    own = await Stream.open(session, a)  # A's own stream says nothing to A
+    own = await FrameStream.open(session, a)  # A's own stream says nothing to A
     await live(a, 1)
     handoff = handoff_of(b)
     try:
@@ -333,7 +303,7 @@ async def test_no_frames_are_sent_while_no_other_process_has_a_live_stream(
         assert (handoff.declined, handoff.taken) == (declined, taken), "B heard no frames"
         assert isinstance(a.store, PostgresStore) and not a.store.frames_wanted
         # A stream opens on B: B says so, and A's next batch comes as frames.
-        stream = await Stream.open(session, b)
+        stream = await FrameStream.open(session, b)
         await live(b, 1, heard_by=a)
         try:
             await on_a.patch(f"/api/v1/tasks/{task['id']}", {"title": "now with a stream on B"})
@@ -349,7 +319,7 @@ async def test_a_process_that_starts_listening_hears_at_once_who_has_live_stream
     boards: tuple[RunningBoard, RunningBoard], session: aiohttp.ClientSession, postgres_url: str, tmp_path: Path,
 ) -> None:
     a, b = boards
-    stream = await Stream.open(session, b)
+    stream = await FrameStream.open(session, b)
     try:
         await live(b, 1, heard_by=a)
         # B said so when its stream joined (A heard it); a process starting later asks, and B
