@@ -12,7 +12,8 @@ same shape as ``sqlite3.Row``. What differs is below the seam:
   delivered at COMMIT, never for a rollback. A ``LISTEN`` thread turns each notification into the
   same commit-listener call an in-process commit makes. Before it go the batch's encoded frames
   (``FRAMES_CHANNEL``) while another process has live streams (``WANT_CHANNEL``), which the other
-  processes' hand-offs publish without reading the rows back.
+  processes' hand-offs publish without reading the rows back. Every payload is sealed
+  (``notification_seal.py``): any login may notify, only a board process can seal.
 * **Reads** run on a ``psycopg_pool`` of ``REPEATABLE READ READ ONLY`` connections: one snapshot
   per ``store.query``, as on SQLite.
 * **Refusals** of the PL/pgSQL triggers carry SQLite's exact RAISE text, so they translate to the
@@ -45,6 +46,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from shared.errors import TaskloomError
 
 from .dialect import POSTGRESQL, Params, bind
+from .notification_seal import KEY_BYTES, KEY_SECRET, SEAL_BYTES, NotificationSeal
 from .store import (
     READER_THREADS,
     Actor,
@@ -74,8 +76,8 @@ PEER_CHANNEL: Final = "taskloom_peer"
 #: <began> <packed frames>``: another process whose log reader stands at ``began`` publishes them
 #: without reading the rows back (``Handoff.deliver``); any other falls back to reading.
 FRAMES_CHANNEL: Final = "taskloom_frames"
-#: The most a frames notification may hold: PostgreSQL refuses one of 8,000 bytes or more. A
-#: batch whose frames do not fit sends none; the other processes read its rows.
+#: The most a frames notification may hold, its seal included: PostgreSQL refuses one of 8,000
+#: bytes or more. A batch whose frames do not fit sends none; the other processes read its rows.
 FRAMES_NOTE_BYTES: Final = 7900
 #: Sent (``<origin>``) by a process while its log reader has live streams: only then do the others
 #: send their frames, which cost a process serving the database alone server and client time.
@@ -443,11 +445,17 @@ class PostgresStore(WriterStore):
         #: and when this one last said so itself (LISTEN thread).
         self._frames_wanted_until = 0.0
         self._said_wanted: float | None = None
+        #: Seals what this process sends the others and checks what they send (``notification_seal``):
+        #: set at ``open``, or read by the LISTEN thread if it starts first.
+        self._seal: NotificationSeal | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def open(self) -> None:
         migrate(self.url)
+        self._seal = NotificationSeal(bytes.fromhex(
+            self.write_secret(KEY_SECRET, secrets.token_hex(KEY_BYTES), only_if_absent=True)
+        ))
         self._pool = ConnectionPool(
             self.url,
             min_size=1,
@@ -529,9 +537,13 @@ class PostgresStore(WriterStore):
         if frames is not None and encoded:
             steps.append(_ROWS_AFTER.format(began=int(frames[0])))
             steps += self._frames_note(conn, frames[0], encoded)
-        steps += [f"SELECT pg_notify('{LOG_CHANNEL}', '{int(revision)}')"] if revision else []
+        seal = self._sealing()
         steps += [
-            sql.SQL("SELECT pg_notify({}, {})").format(sql.Literal(PEER_CHANNEL), sql.Literal(f"{self.origin} {note}"))
+            sql.SQL("SELECT pg_notify({}, {})").format(sql.Literal(LOG_CHANNEL), sql.Literal(seal.seal(str(int(revision)))))
+            .as_string(conn.raw)
+        ] if revision else []
+        steps += [
+            sql.SQL("SELECT pg_notify({}, {})").format(sql.Literal(PEER_CHANNEL), sql.Literal(seal.seal(f"{self.origin} {note}")))
             .as_string(conn.raw)
             for note in notes
         ]
@@ -550,17 +562,27 @@ class PostgresStore(WriterStore):
         handoff = self._handoff
         if handoff is None or not self.frames_wanted:
             return []
+        budget = FRAMES_NOTE_BYTES - SEAL_BYTES - len(str(MAX_REVISION))
+        if sum(len(frame.wire) for frame in encoded) > budget:
+            return []  # not packed at all: a large batch would build its JSON under the lock for nothing
         tail = f" {self.origin} {int(began)} ".encode() + handoff.pack(encoded)
-        if len(tail) + len(str(MAX_REVISION)) > FRAMES_NOTE_BYTES:
+        if len(tail) > budget:
             return []
         return [
             sql.SQL(
-                "SELECT pg_notify({}, batch.head::text || {}) FROM ({}) AS batch WHERE batch.rows_after = {}"
+                "SELECT pg_notify({}, {}) FROM (SELECT batch.head::text || {} AS payload FROM ({}) AS batch"
+                " WHERE batch.rows_after = {}) AS note"
             ).format(
-                sql.Literal(FRAMES_CHANNEL), sql.Literal(tail.decode()), sql.SQL(_ROWS_AFTER.format(began=int(began))),
-                sql.Literal(len(encoded)),
+                sql.Literal(FRAMES_CHANNEL), self._sealing().sql(sql.Identifier("note", "payload")),
+                sql.Literal(tail.decode()), sql.SQL(_ROWS_AFTER.format(began=int(began))), sql.Literal(len(encoded)),
             ).as_string(conn.raw)
         ]
+
+    def _sealing(self) -> NotificationSeal:
+        seal = self._seal
+        if seal is None:
+            raise RuntimeError("the store is not open: it has no notification key")
+        return seal
 
     def _in_transaction(self, conn: PgConnection) -> bool:
         return conn.in_transaction
@@ -702,34 +724,42 @@ class PostgresStore(WriterStore):
                 continue
             self._listen_conn = conn
             try:
+                seal = self._seal or self._read_seal(conn)
+                if seal is None:  # no process has opened the database yet
+                    self._listen_stop.wait(LISTEN_RETRY_S)
+                    continue
                 conn.execute(f"LISTEN {LOG_CHANNEL}")
                 conn.execute(f"LISTEN {TOKEN_CHANNEL}")
                 conn.execute(f"LISTEN {PEER_CHANNEL}")
                 conn.execute(f"LISTEN {FRAMES_CHANNEL}")
                 conn.execute(f"LISTEN {WANT_CHANNEL}")
                 # Anyone with live streams says so again at once, rather than at its next turn.
-                conn.execute(f"SELECT pg_notify('{WANT_CHANNEL}', '{WANT_ASK}')")
+                conn.execute("SELECT pg_notify(%s, %s)", (WANT_CHANNEL, seal.seal(WANT_ASK)))
                 # Whatever was committed while nobody listened: the readers read up to the head now.
                 head = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()
                 self._hand_over(int(head[0]) if head else 0, token=True)
                 while not self._listen_stop.is_set():
                     for note in conn.notifies(timeout=LISTEN_WAKE_S):
-                        if note.channel == LOG_CHANNEL:
-                            self._hand_over(int(note.payload or 0))
+                        if note.channel == TOKEN_CHANNEL:
+                            self._hand_over(0, token=True)  # only a cue: the token is read from the database
+                            continue
+                        payload = seal.open(note.payload)
+                        if payload is None:
+                            log.warning("notification_unsealed", channel=note.channel, size=len(note.payload))
+                        elif note.channel == LOG_CHANNEL:
+                            self._hand_over(int(payload) if payload.isdigit() else 0)
                         elif note.channel == FRAMES_CHANNEL:
-                            self._take_frames(note.payload)
+                            self._take_frames(payload)
                         elif note.channel == WANT_CHANNEL:
-                            if note.payload == WANT_ASK:
+                            if payload == WANT_ASK:
                                 self._said_wanted = None
-                            elif note.payload != self.origin:
+                            elif payload != self.origin:
                                 self._frames_wanted_until = time.monotonic() + WANT_LEASE_S
                         elif note.channel == PEER_CHANNEL:
-                            origin, _, body = note.payload.partition(" ")
+                            origin, _, body = payload.partition(" ")
                             if origin != self.origin:
                                 self._hand_over(0, peer=body)
-                        else:
-                            self._hand_over(0, token=True)
-                    self._say_wanted(conn)
+                    self._say_wanted(conn, seal)
             except psycopg.Error as exc:
                 if not self._listen_stop.is_set():
                     log.warning("listen_connection_lost", target=self.target, error=str(exc))
@@ -751,7 +781,12 @@ class PostgresStore(WriterStore):
             if peer is not None:
                 loop.call_soon_threadsafe(self._tell_peer_listeners, peer)
 
-    def _say_wanted(self, conn: psycopg.Connection[Any]) -> None:
+    @staticmethod
+    def _read_seal(conn: psycopg.Connection[Any]) -> NotificationSeal | None:
+        row = conn.execute("SELECT value FROM board_secrets WHERE key = %s", (KEY_SECRET,)).fetchone()
+        return None if row is None else NotificationSeal(bytes.fromhex(str(row[0])))
+
+    def _say_wanted(self, conn: psycopg.Connection[Any], seal: NotificationSeal) -> None:
         """On the LISTEN thread, between waits: while this process has live streams, tell the
         others (at once when the first joins, then every ``WANT_EVERY_S``) to send their frames."""
         handoff = self._handoff
@@ -760,7 +795,7 @@ class PostgresStore(WriterStore):
             return
         now = time.monotonic()
         if self._said_wanted is None or now - self._said_wanted >= WANT_EVERY_S:
-            conn.execute("SELECT pg_notify(%s, %s)", (WANT_CHANNEL, self.origin))
+            conn.execute("SELECT pg_notify(%s, %s)", (WANT_CHANNEL, seal.seal(self.origin)))
             self._said_wanted = now
 
     def _take_frames(self, payload: str) -> None:

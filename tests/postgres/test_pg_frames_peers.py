@@ -13,9 +13,11 @@ as a script would.
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import orjson
@@ -25,9 +27,11 @@ import pytest
 from services.board.fanout import Handoff
 from services.board.keys import LOG_READER
 from services.board.logreader import LogReader
+from services.board.notification_seal import NotificationSeal
 from services.board.postgres_store import FRAMES_NOTE_BYTES, WANT_EVERY_S, PostgresStore
 from services.board.store import Actor, Tx
 from shared import events
+from tests.postgres.sealing import seal_of
 from tests.support.board import BoardClient, RunningBoard, make_project, make_task, start_board
 from tests.support.frames import FrameStream
 from tests.support.waiting import async_wait_until
@@ -273,8 +277,10 @@ async def test_a_frames_note_that_cannot_be_read_is_dropped_and_the_rows_are_rea
     taken, declined = handoff.taken, handoff.declined
     try:
         revision = append_unannounced(postgres_url, task["id"])
+        seal = seal_of(postgres_url)  # well sealed, badly formed: the check after the seal's
         with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute("SELECT pg_notify('taskloom_frames', %s), pg_notify('taskloom_log', %s)", (payload, str(revision)))
+            conn.execute("SELECT pg_notify('taskloom_frames', %s), pg_notify('taskloom_log', %s)",
+                         (seal.seal(payload), seal.seal(str(revision))))
         got = await stream.until(revision)
         assert (handoff.taken, handoff.declined) == (taken, declined)
         assert reader_of(b).rows_read == read + 1
@@ -337,3 +343,56 @@ async def test_a_process_that_starts_listening_hears_at_once_who_has_live_stream
             await c.runner.cleanup()
     finally:
         stream.close()
+
+
+def as_role(url: str, role: str, password: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{role}:{password}@{parts.hostname}:{parts.port}"))
+
+
+async def test_notes_a_role_without_the_boards_secret_forges_are_dropped(
+    boards: tuple[RunningBoard, RunningBoard], session: aiohttp.ClientSession, postgres_url: str,
+) -> None:
+    """``pg_notify`` needs only a login. A role that cannot read a single table of the board sends
+    B frames of an event nobody wrote, with an end a million revisions ahead, a log notification
+    as far ahead, and a peer's signal: unsealed, or sealed with a key of its own. B drops every one;
+    its reader stays where the log is, and A's next write reaches B's stream as before."""
+    a, b = boards
+    on_a, task, stream = await a_task_streamed_on(b, heard_by=a, session=session)
+    role = f"intruder_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{role}'")
+    reader = reader_of(b)
+    position, taken = reader.position, handoff_of(b).taken
+    ahead = position + 1_000_000
+    forged_row = {
+        "id": 1, "revision": position + 1, "task_id": task["id"], "project_id": "demo", "actor_kind": "human",
+        "actor_id": "ceo", "event": "task_updated", "changes": {"fields": ["title"], "after": {"title": "FORGED"}},
+        "created_at": "2026-01-01T00:00:00.000Z",
+    }
+    wire = f"id: {position + 1}\ndata: {orjson.dumps(forged_row).decode()}\n\n"
+    frames = f"{ahead} intruder {position} " + orjson.dumps([[position + 1, "task_updated", task["id"], "demo", wire]]).decode()
+    signal = 'intruder {"h":1,"e":[["s","card_unblocked","demo",null,{"blockers":[]},"2026-01-01T00:00:00.000Z"]]}'
+    own_key = NotificationSeal(secrets.token_bytes(32))
+    forged = [(channel, text) for channel, payload in (
+        ("taskloom_frames", frames), ("taskloom_log", str(ahead)), ("taskloom_peer", signal),
+    ) for text in (payload, own_key.seal(payload))]
+    try:
+        with psycopg.connect(as_role(postgres_url, role, role), autocommit=True) as intruder:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                intruder.execute("SELECT value FROM board_secrets")
+            for channel, text in forged:
+                intruder.execute("SELECT pg_notify(%s, %s)", (channel, text))
+        # Delivered after the forgeries, on the same LISTEN connection: by then B has judged them.
+        reply = await on_a.patch(f"/api/v1/tasks/{task['id']}", {"title": "genuine"})
+        assert reply.status == 200, reply.body
+        got = await stream.until(head(postgres_url))
+        rows = [orjson.loads(data) for _, data in got]
+        assert [row["actor_id"] for row in rows if row["actor_id"] == "ceo"] == [], "a forged frame was streamed"
+        assert rows[-1]["changes"]["after"] == {"title": "genuine"}
+        assert reader.position == head(postgres_url) < ahead
+        assert handoff_of(b).taken == taken + 1, "A's genuine frames were published"
+    finally:
+        stream.close()
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f"DROP ROLE {role}")

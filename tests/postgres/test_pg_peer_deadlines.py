@@ -21,6 +21,7 @@ from services.board.conditions.timer import ConditionsEngine, peer_notes
 from services.board.postgres_store import PEER_CHANNEL, PostgresStore
 from services.board.store import Actor
 from shared import events
+from tests.postgres.sealing import seal_of
 from tests.support.waiting import async_wait_until
 
 ANN = Actor("human", "ann")
@@ -45,9 +46,10 @@ async def test_an_older_deadline_from_another_process_does_not_replace_a_newer_o
         # the card has left, due at once.
         older = peer_notes([Deadlines(card["id"], ((events.STATUS_TIMEOUT, "todo-episode", time.time()),))],
                            claimed["revision"] - 1)
+        seal = seal_of(postgres_url)
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             for note in older:
-                conn.execute("SELECT pg_notify(%s, %s)", (PEER_CHANNEL, f"another-process {note}"))
+                conn.execute("SELECT pg_notify(%s, %s)", (PEER_CHANNEL, seal.seal(f"another-process {note}")))
 
         async def timed_out() -> bool:
             return any(signal.type == events.STATUS_TIMEOUT for signal in heard)
