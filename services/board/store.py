@@ -232,7 +232,7 @@ PeerEffects = Callable[[list[Any], int], list[str]]
 #: Told on the event loop what another board process's ``PeerEffects`` encoded.
 PeerListener = Callable[[str], None]
 #: The most one such string may hold: PostgreSQL refuses a notification of 8,000 bytes or more
-#: (the sender's name goes in front of it).
+#: (the sender's name, 13 bytes, and the seal, 65, go in front of it).
 PEER_NOTE_BYTES: Final = 7900
 
 
