@@ -34,6 +34,9 @@ log = structlog.get_logger("taskd.stream")
 #: Bytes a live stream may hold queued or in flight before it leaves the fan-out. A single
 #: reader batch (at most LIVE_PAGE rows, shared with every other stream) is always taken.
 LIVE_QUEUE_BYTES: Final = 1 << 20
+#: Signals a stream that is catching up holds until it has sent the rows before them; more are
+#: missed (its client reads /breaches, as after any gap).
+HELD_SIGNALS: Final = 256
 #: An idle stream whose socket buffer holds less than this is written straight from the fan-out.
 DIRECT_WRITE_LIMIT: Final = 1 << 16
 #: Rows per catch-up read (SPEC §6.3).
@@ -127,6 +130,10 @@ class Stream:
         self.next_ping = asyncio.get_running_loop().time() + ping_interval
         self.finished = asyncio.Event()
         self._pending: deque[bytes] = deque()
+        #: (the log reader's position when it came, the frame) of each signal that came while this
+        #: stream was catching up: its cause is at or below that position, so it goes out after
+        #: this stream has sent that far (docs/conditions.md §4.1).
+        self._held_signals: deque[tuple[int, bytes]] = deque()
         self._held = 0  # bytes queued or being written
         self._ping_pending = False
         self._wake = asyncio.Event()
@@ -164,6 +171,10 @@ class Stream:
         too slow to hold it misses it and reads ``/breaches`` (docs/conditions.md)."""
         if self.end_reason is not None or not self.projection.wants_signal(signal):
             return
+        if not self.live and (self.position < self.reader.position or self._held_signals):
+            if len(self._held_signals) < HELD_SIGNALS:
+                self._held_signals.append((self.reader.position, wire))
+            return
         if self._held + len(wire) > LIVE_QUEUE_BYTES:
             return
         if self.response.prepared and self._write_now([wire]):
@@ -190,6 +201,14 @@ class Stream:
             data = b"%x\r\n%b\r\n" % (len(data), data)
         transport.write(data)
         return True
+
+    def _release_signals(self) -> None:
+        """Queue the held signals whose cause this stream has now sent, after those rows."""
+        held = self._held_signals
+        while held and (self.live or held[0][0] <= self.position):
+            wire = held.popleft()[1]
+            self._pending.append(wire)
+            self._held += len(wire)
 
     def fail(self) -> None:
         self.end(READ_FAILED)
@@ -314,6 +333,7 @@ class Stream:
             if self.position >= self.reader.position:
                 self.live = True
                 self.reader.subscribe(self)
+                self._release_signals()
                 return
             try:
                 page = await self.store.query(read_page, self.position, REPLAY_PAGE)
@@ -337,6 +357,7 @@ class Stream:
             self.position = page.end
             self._pending.extend(parts)
             self._held += sum(map(len, parts))
+            self._release_signals()
             if self._pending:
                 await self._flush()
             else:

@@ -15,8 +15,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.board.keys import LOG_READER, STREAMS
+from services.board.store import Actor, Tx
+from shared import events
 from tests.support.board import API, REPORT, BoardClient, RunningBoard, activity_count, make_project, make_task
-from tests.support.signals import RawStream, of
+from tests.support.signals import RawFrame, RawStream, of
+from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -328,3 +332,46 @@ async def test_a_task_filtered_stream_gets_only_that_cards_signals(
     if not stream.signals("card_blocked"):
         await stream.signal("card_blocked")
     assert [(s["type"], s["task_id"]) for s in stream.signals()] == [("card_blocked", mine["id"])]
+
+
+def backlog(tx: Tx, task_id: str, count: int) -> None:
+    """Rows enough that a stream reading them from the start outlasts its socket's buffers."""
+    for n in range(count):
+        tx.record(events.TASK_UPDATED, events.task_updated(fields=["meta"], after={"meta": {"n": n, "pad": "x" * 400}}),
+                  task_id=task_id, project_id="demo")
+
+
+async def test_a_stream_catching_up_hears_a_signal_after_the_row_that_caused_it(
+    board: RunningBoard, client: BoardClient, session: aiohttp.ClientSession,
+) -> None:
+    """A stream still reading its backlog from the database when a commit crosses a condition:
+    the signal waits until the stream has sent that commit's rows, then follows them."""
+    await settings(client, "demo", {"wip_limits": {"in_progress": 1}})
+    held, card = await make_task(client, title="held"), await make_task(client, title="over the limit")
+    assert (await client.post(f"{API}/tasks/{held['id']}/claim", {})).status == 200
+    start = board.app[LOG_READER].position
+    await board.store.command(backlog, Actor("human", "ann"), held["id"], 50_000)
+    stream = await RawStream.open(session, board.url, board.token, f"?after={start}")  # and not read further yet
+    registry = board.app[STREAMS]
+
+    async def catching_up() -> bool:
+        streams = list(registry)
+        return len(streams) == 1 and not streams[0].live and streams[0].catch_up_reads > 0
+
+    await async_wait_until(catching_up, what="the stream catching up")
+    reply = await client.post(f"{API}/tasks/{card['id']}/claim", {})
+    assert reply.status == 200, reply.body
+    try:
+        claim = await stream.wait_for(lambda frame: not frame.is_signal and bool(frame.data)
+                                      and frame.data.get("event") == "task_claimed"
+                                      and frame.data.get("task_id") == card["id"], timeout=120)
+
+        def exceeded(frame: RawFrame) -> bool:
+            return frame.is_signal and frame.data["type"] == "wip_exceeded"
+
+        if not any(map(exceeded, stream.frames)):
+            await stream.wait_for(exceeded, timeout=30)
+        at, cause = next(n for n, frame in enumerate(stream.frames) if exceeded(frame)), stream.frames.index(claim)
+        assert at > cause, f"the signal came at frame {at}, before the row that caused it at frame {cause}"
+    finally:
+        stream.close()
