@@ -49,6 +49,7 @@ from .dialect import POSTGRESQL, Params, bind
 from .notification_seal import KEY_BYTES, KEY_SECRET, SEAL_BYTES, NotificationSeal
 from .store import (
     READER_THREADS,
+    ROWS_AFTER_SQL,
     Actor,
     BatchFrames,
     Handed,
@@ -56,6 +57,7 @@ from .store import (
     StoreUnreachable,
     Tx,
     WriterStore,
+    handed_if_whole,
     refuse_unencodable,
     trigger_refusal,
     utc_now,
@@ -405,12 +407,6 @@ def translate_error(exc: BaseException) -> BaseException:
 
 # -- the store --------------------------------------------------------------------------------------
 
-#: The head and the activity rows after a batch's first head, read before its COMMIT (under the
-#: write lock): the batch's frames are its hand-off only if they are that many.
-_ROWS_AFTER: Final = (
-    "SELECT (SELECT revision FROM global_revision WHERE singleton = 1) AS head, count(*) AS rows_after"
-    " FROM task_activities WHERE revision > {began}"
-)
 #: Revisions are BIGINT: the widest head a frames notification may name.
 MAX_REVISION: Final = 2**63 - 1
 
@@ -535,24 +531,16 @@ class PostgresStore(WriterStore):
         # revision the log notification then names, and reads nothing for it.
         steps = []
         if frames is not None and encoded:
-            steps.append(_ROWS_AFTER.format(began=int(frames[0])))
+            steps.append(ROWS_AFTER_SQL.format(began=int(frames[0])))
             steps += self._frames_note(conn, frames[0], encoded)
-        seal = self._sealing()
-        steps += [
-            sql.SQL("SELECT pg_notify({}, {})").format(sql.Literal(LOG_CHANNEL), sql.Literal(seal.seal(str(int(revision)))))
-            .as_string(conn.raw)
-        ] if revision else []
-        steps += [
-            sql.SQL("SELECT pg_notify({}, {})").format(sql.Literal(PEER_CHANNEL), sql.Literal(seal.seal(f"{self.origin} {note}")))
-            .as_string(conn.raw)
-            for note in notes
-        ]
+        steps += [self._sealed_notify(conn, LOG_CHANNEL, str(int(revision)))] if revision else []
+        steps += [self._sealed_notify(conn, PEER_CHANNEL, f"{self.origin} {note}") for note in notes]
         cursor = conn.script("; ".join((*steps, "COMMIT")))
         if frames is None or not encoded:
             return None
         row = cursor.fetchone()
         assert row is not None, "an aggregate returns one row"
-        return (frames[0], int(row[0]), encoded) if row[1] == len(encoded) else None
+        return handed_if_whole(frames[0], row[0], row[1], encoded)
 
     def _frames_note(self, conn: PgConnection, began: int, encoded: tuple[Any, ...]) -> list[str]:
         """The statement sending the batch's frames to the other processes, if one of them has
@@ -574,9 +562,15 @@ class PostgresStore(WriterStore):
                 " WHERE batch.rows_after = {}) AS note"
             ).format(
                 sql.Literal(FRAMES_CHANNEL), self._sealing().sql(sql.Identifier("note", "payload")),
-                sql.Literal(tail.decode()), sql.SQL(_ROWS_AFTER.format(began=int(began))), sql.Literal(len(encoded)),
+                sql.Literal(tail.decode()), sql.SQL(ROWS_AFTER_SQL.format(began=int(began))), sql.Literal(len(encoded)),
             ).as_string(conn.raw)
         ]
+
+    def _sealed_notify(self, conn: PgConnection, channel: str, payload: str) -> str:
+        """A ``pg_notify`` statement for a script: ``payload`` sealed, spelled as a literal."""
+        return sql.SQL("SELECT pg_notify({}, {})").format(
+            sql.Literal(channel), sql.Literal(self._sealing().seal(payload)),
+        ).as_string(conn.raw)
 
     def _sealing(self) -> NotificationSeal:
         seal = self._seal
@@ -591,9 +585,6 @@ class PostgresStore(WriterStore):
     def frames_wanted(self) -> bool:
         """Whether another process on the database has said lately that it has live streams."""
         return time.monotonic() < self._frames_wanted_until
-
-    def _peers_want_frames(self) -> bool:
-        return self.frames_wanted
 
     def translate_error(self, exc: BaseException) -> BaseException:
         return translate_error(exc)

@@ -270,6 +270,18 @@ Handed = tuple[int, int, tuple[Any, ...]]
 #: ``(began, frames)``: the head a batch began on and the frames its commands encoded, for the
 #: COMMIT to check against the database (``WriterStore._commit``).
 BatchFrames = tuple[int, tuple[Any, ...]]
+#: The head and the activity rows after a batch's first head, read before its COMMIT (under the
+#: write lock): the batch's frames are its hand-off only if they are that many (``handed_if_whole``).
+#: ``{began}`` is a placeholder, or on PostgreSQL the revision itself in a script of one round trip.
+ROWS_AFTER_SQL: Final = (
+    "SELECT (SELECT revision FROM global_revision WHERE singleton = 1) AS head, count(*) AS rows_after"
+    " FROM task_activities WHERE revision > {began}"
+)
+
+
+def handed_if_whole(began: int, head: Any, rows_after: Any, frames: tuple[Any, ...]) -> Handed | None:
+    """The batch's hand-off, if its frames are every row after ``began`` (``ROWS_AFTER_SQL``)."""
+    return (began, int(head), frames) if rows_after == len(frames) else None
 
 
 class _Job:
@@ -426,7 +438,8 @@ class WriterStore:
     def _in_transaction(self, conn: Any) -> bool:
         raise NotImplementedError
 
-    def _peers_want_frames(self) -> bool:
+    @property
+    def frames_wanted(self) -> bool:
         """Whether another board process on the database has live streams that this writer's
         frames would spare a read (PostgreSQL; never where the database has one board)."""
         return False
@@ -590,7 +603,7 @@ class WriterStore:
         # Frames are encoded for this process's live streams, and for those of other board
         # processes on the database that have some: they travel with the COMMIT (``_commit``).
         local = handoff is not None and handoff.wanted()
-        encode = handoff.encode if handoff is not None and (local or self._peers_want_frames()) else None
+        encode = handoff.encode if handoff is not None and (local or self.frames_wanted) else None
         # ``locked_at`` is the head this batch begins on, read under the write lock; the hand-off
         # still counts the rows after it (_encoded_batch): a trigger may have appended one.
         others = self._others_committed(locked_at)
@@ -665,14 +678,10 @@ class WriterStore:
         row would otherwise be skipped by every stream.
         """
         try:
-            end, rows = conn.execute(
-                "SELECT (SELECT revision FROM global_revision WHERE singleton = 1), count(*)"
-                " FROM task_activities WHERE revision > ?",
-                (began,),
-            ).fetchone()
+            head, rows_after = conn.execute(ROWS_AFTER_SQL.format(began="?"), (began,)).fetchone()
         except self.driver_error:
             return None  # the commit is not this check's to fail: the log reader will read it
-        return (began, end, frames) if rows == len(frames) else None
+        return handed_if_whole(began, head, rows_after, frames)
 
     def _run_rest(self, rest: list[_Job]) -> int:
         """Commands of a lost batch that had not run yet get a transaction of their own."""
