@@ -367,13 +367,20 @@ def migrate(url: str) -> None:
 _UNAVAILABLE_CLASSES: Final = ("08", "53", "57", "40", "58")
 
 
+#: What to look at when the server keeps refusing (the hint of every 503 a PostgreSQL board gives).
+UNAVAILABLE_CHECK: Final = "the PostgreSQL server"
+
+
+def _driver_details(exc: BaseException) -> dict[str, Any]:
+    return {"sqlstate": getattr(exc, "sqlstate", None)}
+
+
 def unavailable(exc: BaseException, what: str = "is unavailable") -> TaskloomError:
-    state = getattr(exc, "sqlstate", None)
     return TaskloomError(
         "STORE_UNAVAILABLE",
         f"the board's database {what}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}",
-        details={"sqlstate": state, "retry_after": 1},
-        hint="retry in a moment; if it persists, check the PostgreSQL server",
+        details={**_driver_details(exc), "retry_after": 1},
+        hint=f"retry in a moment; if it persists, check {UNAVAILABLE_CHECK}",
     )
 
 
@@ -420,6 +427,7 @@ class PostgresStore(WriterStore):
     blobs_in_database = True
     serves_peers = True
     driver_error = psycopg.Error
+    lost_check = UNAVAILABLE_CHECK
 
     def __init__(self, url: str, *, clock: Callable[[], str] = utc_now) -> None:
         super().__init__(clock=clock)
@@ -588,6 +596,9 @@ class PostgresStore(WriterStore):
 
     def translate_error(self, exc: BaseException) -> BaseException:
         return translate_error(exc)
+
+    def lost_details(self, exc: BaseException) -> dict[str, Any]:
+        return _driver_details(exc)
 
     # -- the seam ---------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from shared.errors import TaskloomError
 
@@ -207,6 +207,10 @@ def verify_triggers(path: Path, *, repair: bool = False) -> list[str]:
         conn.close()
 
 
+#: What to look at when the file keeps refusing (the hint of every 503 a SQLite board gives).
+UNAVAILABLE_CHECK: Final = "the disk and other processes holding the file"
+
+
 def translate_operational_error(exc: sqlite3.OperationalError) -> TaskloomError | None:
     """A busy, locked, full or failing file is 503 STORE_UNAVAILABLE (retry later), not a 500."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -215,9 +219,13 @@ def translate_operational_error(exc: sqlite3.OperationalError) -> TaskloomError 
     return TaskloomError(
         "STORE_UNAVAILABLE",
         f"the board's database is unavailable: {exc}",
-        details={"sqlite_error": getattr(exc, "sqlite_errorname", None), "retry_after": 1},
-        hint="retry in a moment; if it persists, check the disk and other processes holding the file",
+        details={**_driver_details(exc), "retry_after": 1},
+        hint=f"retry in a moment; if it persists, check {UNAVAILABLE_CHECK}",
     )
+
+
+def _driver_details(exc: BaseException) -> dict[str, Any]:
+    return {"sqlite_error": getattr(exc, "sqlite_errorname", None)}
 
 
 def translate_integrity_error(exc: sqlite3.DatabaseError) -> TaskloomError:
@@ -249,6 +257,7 @@ class SqliteStore(WriterStore):
 
     engine = "sqlite"
     driver_error = sqlite3.Error
+    lost_check = UNAVAILABLE_CHECK
 
     def __init__(
         self, path: Path, *, clock: Callable[[], str] = utc_now, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
@@ -298,6 +307,9 @@ class SqliteStore(WriterStore):
 
     def translate_error(self, exc: BaseException) -> BaseException:
         return translate_error(exc)
+
+    def lost_details(self, exc: BaseException) -> dict[str, Any]:
+        return _driver_details(exc)
 
     def follow_log(self) -> SqliteLogFollower:
         return SqliteLogFollower(connect(self.path, busy_timeout_ms=self.busy_timeout_ms, synchronous=self.synchronous))

@@ -119,13 +119,18 @@ def _opaque(value: Any) -> None:
     return None
 
 
-def batch_lost(exc: BaseException) -> TaskloomError:
-    """A transaction that could not begin or commit: every command in it is unwritten, retry later."""
+def batch_lost(exc: BaseException, *, details: dict[str, Any], check: str) -> TaskloomError:
+    """A transaction that could not begin or commit: every command in it is unwritten, retry later.
+
+    ``details`` and ``check`` are the engine's words (``WriterStore.lost_details``, ``lost_check``):
+    what the driver said, and what an operator should look at if it keeps happening.
+    """
+    said = str(exc).strip().splitlines()
     error = TaskloomError(
         "STORE_UNAVAILABLE",
-        f"the board's database could not write this change: {exc}",
-        details={"sqlite_error": getattr(exc, "sqlite_errorname", None), "retry_after": 1},
-        hint="nothing was written; retry in a moment. If it persists, check the disk and other processes holding the file",
+        f"the board's database could not write this change: {said[0] if said else type(exc).__name__}",
+        details={**details, "retry_after": 1},
+        hint=f"nothing was written; retry in a moment. If it persists, check {check}",
     )
     error.__cause__ = exc
     return error
@@ -373,6 +378,8 @@ class WriterStore:
     serves_peers: bool = False
     #: The engine's driver errors: a BEGIN or COMMIT failing with one of these loses its batch.
     driver_error: type[BaseException] = Exception
+    #: What an operator should look at when batches keep being lost (the 503's hint).
+    lost_check: str = "the database"
 
     def __init__(self, *, clock: Callable[[], str] = utc_now) -> None:
         self.clock = clock
@@ -447,6 +454,13 @@ class WriterStore:
     def translate_error(self, exc: BaseException) -> BaseException:
         """What a command's caller is told about ``exc`` (a stable code where the engine refused)."""
         return exc
+
+    def lost_details(self, exc: BaseException) -> dict[str, Any]:
+        """What the engine's driver said about a lost batch, for the 503's details."""
+        return {}
+
+    def _lost(self, exc: BaseException) -> TaskloomError:
+        return batch_lost(exc, details=self.lost_details(exc), check=self.lost_check)
 
     def run_command(self, fn: Callable[..., T], actor: Actor, *args: Any, **kwargs: Any) -> tuple[T, list[int]]:
         """Run ``fn(tx, ...)`` in one transaction on the calling thread; returns (result, revisions).
@@ -577,7 +591,7 @@ class WriterStore:
                 with contextlib.suppress(Exception):
                     self._abandon(self._writer_conn())
                 for job in batch:
-                    job.lose(batch_lost(exc))
+                    job.lose(self._lost(exc))
                 revision = 0
             self._settle(batch, revision, self._handed if revision else None, self._batch_head)
 
@@ -597,7 +611,7 @@ class WriterStore:
         except self.driver_error as exc:
             # Another process holds the write lock past busy_timeout, or the file is unusable.
             for job in batch:
-                job.lose(batch_lost(exc))
+                job.lose(self._lost(exc))
             return 0
         handoff = self._handoff
         # Frames are encoded for this process's live streams, and for those of other board
@@ -624,7 +638,7 @@ class WriterStore:
                     # SQLite rolled the whole transaction back itself (disk full, I/O error): the
                     # commands before this one are gone too, and nobody has been told otherwise.
                     for earlier in batch[:position]:
-                        earlier.lose(batch_lost(exc))
+                        earlier.lose(self._lost(exc))
                     return self._run_rest(batch[position + 1:])
                 if savepoints:
                     self._steps(conn, "ROLLBACK TO command", "RELEASE command", *following)
@@ -647,7 +661,7 @@ class WriterStore:
             # every caller hears 503 and may retry.
             self._abandon(conn)
             for job in batch:
-                job.lose(batch_lost(exc))
+                job.lose(self._lost(exc))
             self._left_head = None
             return 0
         self._handed = handed if local else None

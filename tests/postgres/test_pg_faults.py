@@ -112,6 +112,10 @@ async def test_a_server_gone_while_serving_is_503_then_recovers(tmp_path: Path, 
                     refused = await client.post("/api/v1/tasks", {"project": "demo", "title": "while gone"})
                     assert refused.status == 503 and refused.error == "STORE_UNAVAILABLE", refused.body
                     assert refused.headers.get("Retry-After") == "1"
+                    # The operator is sent to the server, in PostgreSQL's words, not to a disk and a file.
+                    said = refused.body["error"]
+                    assert "sqlstate" in said["details"] and "sqlite_error" not in said["details"], said
+                    assert "PostgreSQL server" in said["hint"] and "disk" not in said["hint"], said
 
                 async def stream_closed() -> bool:
                     try:
