@@ -7,10 +7,12 @@ BIN    := $(VENV)/bin
 STAMP_RUN  := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 LINTED := shared services taskctl tests bench
-# The HTTP, stream, hub and loop-subscriber suites, once more with every in-process board on
-# PostgreSQL (tests/support/board.py); tests that open the SQLite file itself are left out there.
+# The HTTP, stream, hub and loop-subscriber suites and the documents' stated figures, once more
+# with every in-process board on PostgreSQL (tests/support/board.py); tests that open the SQLite
+# file itself are left out there.
 ON_POSTGRESQL := tests/integration/test_events_stream.py tests/integration/test_api_tasks.py \
-	tests/integration/test_attachments.py tests/integration/test_relations.py tests/hub tests/subscriber
+	tests/integration/test_attachments.py tests/integration/test_relations.py tests/hub tests/subscriber \
+	tests/contract/test_docs_claims.py
 
 .PHONY: run deps lint test bench clean
 

@@ -426,7 +426,7 @@ async def test_the_token_file_and_cookie_are_as_stated(board: RunningBoard) -> N
     assert auth.LOGIN_CODE_TTL == number(minutes) * 60 and auth.SESSION_COOKIE_PREFIX == cookie
 
 
-async def test_the_store_figures_are_the_stated_ones(board: RunningBoard) -> None:
+def test_the_store_figures_are_the_stated_ones() -> None:
     (batch,) = stated("docs/architecture.md", r"takes whatever has queued up \(at most (\d+) commands\)")
     assert store.MAX_BATCH == int(batch)
     (busy,) = stated("docs/architecture.md", r"`busy_timeout` only matters against \*other\* processes .*? it is (\d+) s")
@@ -436,6 +436,10 @@ async def test_the_store_figures_are_the_stated_ones(board: RunningBoard) -> Non
     )
     assert board_app.BoardSettings(data_dir=Path("/d")).external_poll_interval == number(poll_ms) / 1000
     assert logreader.LIVE_PAGE == int(page)
+
+
+@pytest.mark.sqlite_only
+async def test_the_sqlite_file_runs_in_the_stated_mode(board: RunningBoard) -> None:
     (sync,) = stated("docs/architecture.md", r"SQLite in WAL mode with `synchronous=(\w+)`")
     levels = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
     pragmas = await board.store.query(lambda conn: (conn.execute("PRAGMA synchronous").fetchone()[0],
