@@ -442,6 +442,8 @@ class PostgresStore(WriterStore):
         self._token_listeners: list[TokenListener] = []
         self._listen_thread: threading.Thread | None = None
         self._listen_stop = threading.Event()
+        #: How often the listener found the database not opened yet and waited (tests).
+        self.listen_waits = 0
         #: Names this store's notifications, so its own LISTEN drops them.
         self.origin = secrets.token_hex(6)
         self._listen_conn: psycopg.Connection[Any] | None = None
@@ -727,7 +729,7 @@ class PostgresStore(WriterStore):
             self._listen_conn = conn
             try:
                 seal = self._seal or self._read_seal(conn)
-                if seal is None:  # no process has opened the database yet
+                if seal is None:
                     self._listen_stop.wait(LISTEN_RETRY_S)
                     continue
                 conn.execute(f"LISTEN {LOG_CHANNEL}")
@@ -783,10 +785,18 @@ class PostgresStore(WriterStore):
             if peer is not None:
                 loop.call_soon_threadsafe(self._tell_peer_listeners, peer)
 
-    @staticmethod
-    def _read_seal(conn: psycopg.Connection[Any]) -> NotificationSeal | None:
-        row = conn.execute("SELECT value FROM board_secrets WHERE key = %s", (KEY_SECRET,)).fetchone()
-        return None if row is None else NotificationSeal(bytes.fromhex(str(row[0])))
+    def _read_seal(self, conn: psycopg.Connection[Any]) -> NotificationSeal | None:
+        """The boards' notification key, or None while no process has opened the database: a new
+        one has no ``board_secrets`` table until this process's own ``open`` migrates it, and the
+        listener may start first (a commit listener is added before the board opens its store)."""
+        try:
+            row = conn.execute("SELECT value FROM board_secrets WHERE key = %s", (KEY_SECRET,)).fetchone()
+        except psycopg.errors.UndefinedTable:
+            row = None
+        if row is None:
+            self.listen_waits += 1
+            return None
+        return NotificationSeal(bytes.fromhex(str(row[0])))
 
     def _say_wanted(self, conn: psycopg.Connection[Any], seal: NotificationSeal) -> None:
         """On the LISTEN thread, between waits: while this process has live streams, tell the
