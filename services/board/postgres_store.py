@@ -59,6 +59,7 @@ from .store import (
     WriterStore,
     handed_if_whole,
     refuse_unencodable,
+    store_unavailable,
     trigger_refusal,
     utc_now,
 )
@@ -376,12 +377,7 @@ def _driver_details(exc: BaseException) -> dict[str, Any]:
 
 
 def unavailable(exc: BaseException, what: str = "is unavailable") -> TaskloomError:
-    return TaskloomError(
-        "STORE_UNAVAILABLE",
-        f"the board's database {what}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}",
-        details={**_driver_details(exc), "retry_after": 1},
-        hint=f"retry in a moment; if it persists, check {UNAVAILABLE_CHECK}",
-    )
+    return store_unavailable(exc, what, details=_driver_details(exc), check=UNAVAILABLE_CHECK)
 
 
 def _connection_lost(raw: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
@@ -730,6 +726,7 @@ class PostgresStore(WriterStore):
             try:
                 seal = self._seal or self._read_seal(conn)
                 if seal is None:
+                    self.listen_waits += 1
                     self._listen_stop.wait(LISTEN_RETRY_S)
                     continue
                 conn.execute(f"LISTEN {LOG_CHANNEL}")
@@ -793,10 +790,7 @@ class PostgresStore(WriterStore):
             row = conn.execute("SELECT value FROM board_secrets WHERE key = %s", (KEY_SECRET,)).fetchone()
         except psycopg.errors.UndefinedTable:
             row = None
-        if row is None:
-            self.listen_waits += 1
-            return None
-        return NotificationSeal(bytes.fromhex(str(row[0])))
+        return None if row is None else NotificationSeal(bytes.fromhex(str(row[0])))
 
     def _say_wanted(self, conn: psycopg.Connection[Any], seal: NotificationSeal) -> None:
         """On the LISTEN thread, between waits: while this process has live streams, tell the

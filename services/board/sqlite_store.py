@@ -26,6 +26,7 @@ from .store import (
     Tx,
     WriterStore,
     refuse_unencodable,
+    store_unavailable,
     trigger_refusal,
     utc_now,
 )
@@ -216,12 +217,7 @@ def translate_operational_error(exc: sqlite3.OperationalError) -> TaskloomError 
     code = getattr(exc, "sqlite_errorcode", None)
     if code is None or code & 0xFF not in UNAVAILABLE_CODES:
         return None
-    return TaskloomError(
-        "STORE_UNAVAILABLE",
-        f"the board's database is unavailable: {exc}",
-        details={**_driver_details(exc), "retry_after": 1},
-        hint=f"retry in a moment; if it persists, check {UNAVAILABLE_CHECK}",
-    )
+    return store_unavailable(exc, "is unavailable", details=_driver_details(exc), check=UNAVAILABLE_CHECK)
 
 
 def _driver_details(exc: BaseException) -> dict[str, Any]:

@@ -119,19 +119,24 @@ def _opaque(value: Any) -> None:
     return None
 
 
-def batch_lost(exc: BaseException, *, details: dict[str, Any], check: str) -> TaskloomError:
-    """A transaction that could not begin or commit: every command in it is unwritten, retry later.
-
-    ``details`` and ``check`` are the engine's words (``WriterStore.lost_details``, ``lost_check``):
-    what the driver said, and what an operator should look at if it keeps happening.
-    """
+def store_unavailable(
+    exc: BaseException, what: str, *, details: dict[str, Any], check: str, nothing_written: bool = False,
+) -> TaskloomError:
+    """503 STORE_UNAVAILABLE, in the engine's words: ``details`` what its driver said, ``check``
+    what an operator should look at if it keeps happening. Retry later."""
     said = str(exc).strip().splitlines()
-    error = TaskloomError(
+    return TaskloomError(
         "STORE_UNAVAILABLE",
-        f"the board's database could not write this change: {said[0] if said else type(exc).__name__}",
+        f"the board's database {what}: {said[0] if said else type(exc).__name__}",
         details={**details, "retry_after": 1},
-        hint=f"nothing was written; retry in a moment. If it persists, check {check}",
+        hint=(f"nothing was written; retry in a moment. If it persists, check {check}" if nothing_written
+              else f"retry in a moment; if it persists, check {check}"),
     )
+
+
+def batch_lost(exc: BaseException, *, details: dict[str, Any], check: str) -> TaskloomError:
+    """A transaction that could not begin or commit: every command in it is unwritten, retry later."""
+    error = store_unavailable(exc, "could not write this change", details=details, check=check, nothing_written=True)
     error.__cause__ = exc
     return error
 
