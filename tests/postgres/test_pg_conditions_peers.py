@@ -8,11 +8,14 @@ and deadlines to the other processes with its COMMIT.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import orjson
 
 from tests.postgres.support_taskd import board_process
 from tests.support.board import BoardClient
@@ -108,6 +111,60 @@ async def test_a_peer_signal_follows_the_frames_of_its_commit(tmp_path: Path, po
                     claims += event == "task_claimed"
                     moves += event == "task_moved" and frame.data["changes"].get("to") == "todo"
             assert (exceeded, cleared, claims, moves) == (CROSSINGS,) * 4
+            on_stream_b.close()
+    finally:
+        a.stop()
+        b.stop()
+
+
+#: A project id of the most characters a slug may have, so each blocker's identifier is long.
+LONG_PROJECT = "p" * 32
+#: Open blockers enough that the card's signal is larger than one notification may carry.
+BLOCKERS = 230
+
+
+async def test_a_signal_too_large_for_one_notification_reaches_the_other_process(tmp_path: Path, postgres_url: str) -> None:
+    """A card with hundreds of open blockers: its ``card_blocked`` signal is over 8,000 bytes, the
+    most one notification may carry. It was left out of what A sent B, and B's streams never heard
+    it; now it goes in parts and B's stream hears it as A's does, and what follows as well."""
+    a = board_process(tmp_path, "a", postgres_url)
+    b = board_process(tmp_path, "b", postgres_url)
+    try:
+        async with aiohttp.ClientSession() as session:
+            on_a = BoardClient(a.url, a.token, session)
+            assert (await on_a.post("/api/v1/projects", {"id": LONG_PROJECT})).status == 201
+
+            async def create(title: str) -> dict[str, Any]:
+                reply = await on_a.post("/api/v1/tasks", {"project": LONG_PROJECT, "title": title})
+                assert reply.status == 201, reply.body
+                return dict(reply.body)
+
+            async def block(blocker: dict[str, Any]) -> None:
+                reply = await on_a.post(f"/api/v1/tasks/{blocker['id']}/relations", {"type": "blocks", "target": card["id"]})
+                assert reply.status == 201, reply.body
+
+            card = await create("waits on everything")
+            blockers = [task for start in range(0, BLOCKERS, 16)
+                        for task in await asyncio.gather(*(create(f"blocker {n}") for n in range(start, min(start + 16, BLOCKERS))))]
+            for start in range(0, BLOCKERS - 1, 16):
+                await asyncio.gather(*(block(blocker) for blocker in blockers[start:min(start + 16, BLOCKERS - 1)]))
+            on_stream_a = await RawStream.open(session, a.url, a.token)
+            on_stream_b = await RawStream.open(session, b.url, b.token)
+
+            await block(blockers[-1])
+            heard_on_a = await on_stream_a.signal("card_blocked", project=LONG_PROJECT)
+            assert len(orjson.dumps(heard_on_a)) > 8000, "the signal fits one notification: the test proves nothing"
+            assert sorted(heard_on_a["changes"]["blockers"]) == sorted(task["identifier"] for task in blockers)
+            assert await on_stream_b.signal("card_blocked", project=LONG_PROJECT) == heard_on_a
+
+            # What A sends after the split note is read as before.
+            for blocker in blockers:
+                reply = await on_a.post(f"/api/v1/tasks/{blocker['id']}/move", {"to": "canceled"})
+                assert reply.status == 200, reply.body
+            cleared = await on_stream_b.signal("card_unblocked", project=LONG_PROJECT, timeout=30)
+            assert cleared == await on_stream_a.signal("card_unblocked", project=LONG_PROJECT, timeout=30)
+            assert of(on_stream_b, "card_blocked", LONG_PROJECT) == of(on_stream_a, "card_blocked", LONG_PROJECT)
+            on_stream_a.close()
             on_stream_b.close()
     finally:
         a.stop()

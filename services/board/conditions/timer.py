@@ -23,6 +23,7 @@ import asyncio
 import functools
 import heapq
 import itertools
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -79,6 +80,7 @@ class ConditionsEngine:
         #: commit's must not replace it. A card disarmed or fired is forgotten: an older arming
         #: arriving then is only stale, and its fire transaction finds the state moved on.
         self._armed_at: dict[str, int] = {}
+        self._peer_reader = PeerNoteReader()
         store.command_hook = self._hook
         store.add_effects_listener(self._on_effects)
         if store.serves_peers:
@@ -128,11 +130,12 @@ class ConditionsEngine:
     def _on_peer(self, note: str) -> None:
         """What another board process's commit left: handled as this process's own effects."""
         try:
-            head, effects = read_peer_note(note)
+            read = self._peer_reader.read(note)
         except (ValueError, TypeError, KeyError):
             log.warning("peer_note_unreadable", size=len(note))
             return
-        self._on_effects(effects, head)
+        if read is not None:
+            self._on_effects(read[1], read[0])
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -278,14 +281,26 @@ class ConditionsEngine:
 # -- what travels to the other board processes ---------------------------------------------------
 
 
+#: The mark of a note that is one part of an effect too large for a notification of its own:
+#: ``~<key> <index> <count> <text>``, the parts' texts joined being an ordinary note. A commit's
+#: notifications are delivered together and in order, so the parts of one arrive one after another.
+PART_MARK: Final = "~"
+#: The most parts one effect may take (about 2 MB: a card with tens of thousands of open
+#: blockers); a larger one is left out and logged, and ``/breaches`` still has it.
+MAX_PARTS: Final = 256
+#: Split effects a process holds while their parts arrive. Delivered in order, a commit leaves
+#: one open at a time; another means the listener lost its connection halfway through one.
+OPEN_SPLITS: Final = 4
+
+
 def peer_notes(effects: list[Any], head: int) -> list[str]:
     """A batch's signals and deadlines as notification payloads of at most ``PEER_NOTE_BYTES``.
 
     A card whose deadlines are now none is not sent: another process that still has it armed
     fires a transaction that finds the state moved on and fires nothing, so on a board without
-    temporal conditions a commit sends nothing at all. One effect too large for a notification by
-    itself (a card with hundreds of blockers) is left out and logged: the other processes' streams
-    miss that signal, ``/breaches`` still has it."""
+    temporal conditions a commit sends nothing at all. An effect too large for a notification by
+    itself (a card with hundreds of open blockers) goes as a note of its own in parts
+    (``PeerNoteReader`` joins them), in its place among the others."""
     notes: list[str] = []
     items: list[bytes] = []
     size = 0
@@ -297,12 +312,16 @@ def peer_notes(effects: list[Any], head: int) -> list[str]:
             item = orjson.dumps(["d", effect.task_id, effect.entries])
         else:
             continue
-        if len(prefix) + len(item) + 2 > PEER_NOTE_BYTES:
-            log.warning("peer_note_too_large", size=len(item))
-            continue
-        if items and len(prefix) + size + len(item) + len(items) + 2 > PEER_NOTE_BYTES:
+        alone = len(prefix) + len(item) + 2 > PEER_NOTE_BYTES
+        if items and (alone or len(prefix) + size + len(item) + len(items) + 2 > PEER_NOTE_BYTES):
             notes.append((prefix + b",".join(items) + b"]}").decode())
             items, size = [], 0
+        if alone:
+            parts = _parts(prefix + item + b"]}")
+            if parts is None:
+                log.warning("peer_note_too_large", size=len(item))
+            notes.extend(parts or ())
+            continue
         items.append(item)
         size += len(item)
     if items:
@@ -310,8 +329,55 @@ def peer_notes(effects: list[Any], head: int) -> list[str]:
     return notes
 
 
+def _parts(note: bytes) -> list[str] | None:
+    """``note`` as parts that each fit a notification (None: more than ``MAX_PARTS``), cut only
+    between characters."""
+    key = secrets.token_hex(4)  # parts of two processes' effects can never be taken for each other's
+    room = PEER_NOTE_BYTES - len(f"{PART_MARK}{key} {MAX_PARTS} {MAX_PARTS} ")
+    texts: list[str] = []
+    start = 0
+    while start < len(note):
+        end = min(start + room, len(note))
+        while end < len(note) and note[end] & 0xC0 == 0x80:  # a UTF-8 continuation byte: back off
+            end -= 1
+        texts.append(note[start:end].decode())
+        start = end
+    if len(texts) > MAX_PARTS:
+        return None
+    return [f"{PART_MARK}{key} {index} {len(texts)} {text}" for index, text in enumerate(texts)]
+
+
+class PeerNoteReader:
+    """What another board process's notes carry: the head and effects of each whole note, as the
+    last part of a split one arrives."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, list[str]] = {}
+
+    def read(self, note: str) -> tuple[int, list[Any]] | None:
+        """The note's head and effects; None while a split note still waits for parts. ValueError
+        for a note that is not one, or a part out of order (its note is dropped)."""
+        if not note.startswith(PART_MARK):
+            return read_peer_note(note)
+        key, index_text, count_text, text = note[len(PART_MARK):].split(" ", 3)
+        index, count = int(index_text), int(count_text)
+        if index == 0:
+            while len(self._open) >= OPEN_SPLITS:  # left open by a lost connection: the oldest goes
+                self._open.pop(next(iter(self._open)))
+            self._open[key] = []
+        parts = self._open.get(key)
+        if parts is None or len(parts) != index or not index < count <= MAX_PARTS:
+            self._open.pop(key, None)
+            raise ValueError(f"part {index} of {count} of split note {key} out of order")
+        parts.append(text)
+        if len(parts) < count:
+            return None
+        del self._open[key]
+        return read_peer_note("".join(parts))
+
+
 def read_peer_note(note: str) -> tuple[int, list[Any]]:
-    """The head and the effects a ``peer_notes`` payload carries."""
+    """The head and the effects a whole ``peer_notes`` payload carries."""
     data = orjson.loads(note)
     effects: list[Any] = []
     for item in data["e"]:
