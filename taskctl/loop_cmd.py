@@ -167,11 +167,15 @@ def _hold_subscribe_lock(directory: Path) -> int:
 
 
 def _resume_revision(previous: dict[str, Any] | None, board_url: str) -> int | None:
-    """Resume after the revision a previous run reached on the same board (None: live from the head)."""
+    """Resume after the revision a previous run reached on the same board (None: live from the head),
+    or below a wake it still had waiting (``resume_after``), so that wake is not lost."""
     if not previous or previous.get("board") != board_url:
         return None
-    revision = previous.get("revision")
-    return revision if isinstance(revision, int) and not isinstance(revision, bool) and revision >= 0 else None
+    for field in ("resume_after", "revision"):
+        revision = previous.get(field)
+        if isinstance(revision, int) and not isinstance(revision, bool) and revision >= 0:
+            return revision
+    return None
 
 
 def hub_stream(

@@ -183,7 +183,13 @@ class Registrations:
             except (KeyError, TypeError, ValueError):
                 kept.append(entry)  # the registry says why it is unusable
                 continue
-            if any(protected_problem(path, own) for path in paths if os.path.isabs(path)):
+            try:
+                protected = any(protected_problem(path, own) for path in paths if os.path.isabs(path))
+            except ValueError:  # a path no file can have (a NUL in it): the entry cannot be used
+                log.warning("registration_unusable", registration=str(entry.get("registration_id")),
+                            reason="unusable_path")
+                continue
+            if protected:
                 log.warning("registration_unusable", registration=str(entry.get("registration_id")),
                             reason="protected_path")
                 continue

@@ -1103,10 +1103,11 @@ class Registry:
                 id=str(entry["registration_id"]), detached=True, ttl_ms=int(entry["ttl_ms"]),
                 created_at=parse_timestamp(entry["created_at"]).timestamp(), cards={}, schedule=self._schedule(),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError) as exc:
+            # ArithmeticError: a ``ttl_ms`` of 1e400, which JSON reads as infinity.
             self._note("registration_unusable", "warning", entry=str(entry)[:200], error=repr(exc))
             return None
-        if not cards or any(not os.path.isabs(c.path) for c in cards) or reg.id in self._by_id:
+        if not cards or any(not os.path.isabs(c.path) or "\0" in c.path for c in cards) or reg.id in self._by_id:
             self._note("registration_unusable", "warning", registration=str(entry.get("registration_id")))
             return None
         if reg.expires_at is not None and reg.expires_at <= self._wall:

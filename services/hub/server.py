@@ -440,6 +440,9 @@ class Connection:
         self._max_pending = hub.settings.max_pending
         self.outbox: deque[bytes] = deque()
         self.wake = asyncio.Event()
+        #: Set whenever the writer has handed what it held to the socket (and at close): the reader
+        #: waits on it while the answers it made are still unsent (``_until_answers_taken``).
+        self._wrote = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.closing = False
         self._linger = False
@@ -532,8 +535,22 @@ class Connection:
                     self._peer_closed_sending()
                     return  # a follow stream goes on until idle, shutdown or a failed write
                 await self._act(self.session.feed(chunk))
+                # A peer that sends requests and does not read the answers is read no further
+                # until it has taken them: without this its answers pile up here without bound.
+                await self._until_answers_taken()
         except (ConnectionError, OSError):
             self.abort()
+
+    async def _until_answers_taken(self) -> None:
+        """Wait while more waits for the peer than one follower's outbox may hold, or than the
+        socket's buffer takes (its own high-water mark: ``drain`` waits only past it)."""
+        while not (self.closing or self.session.closed):
+            if len(self.outbox) >= self._max_pending:
+                self._wrote.clear()
+                await self._wrote.wait()
+                continue
+            await self.writer.drain()
+            return
 
     async def _act(self, actions: list[Send | Request | Close]) -> None:
         for action in actions:
@@ -587,6 +604,7 @@ class Connection:
             self._close_deadline = self._loop.call_later(SHUTDOWN_GRACE, self.abort)
         self.closing = True
         self.wake.set()
+        self._wrote.set()
 
     def abort(self) -> None:
         """Drop the connection now (a peer that is gone or will not read)."""
@@ -596,6 +614,7 @@ class Connection:
         self.lagging = False
         self.writer.transport.abort()
         self.wake.set()
+        self._wrote.set()
 
     def shutdown(self, reason: str, *, farewell: dict[str, Any] | None = None) -> None:
         """The hub is stopping: say ``shutdown`` (or ``farewell``, an ``error``), then close."""
@@ -725,6 +744,7 @@ class Connection:
                 writer.writelines(lines)
                 self.last_write_at = self._loop.time()
                 await writer.drain()
+                self._wrote.set()
                 continue
             if self.closing:
                 if not writer.transport.is_closing():
@@ -732,6 +752,7 @@ class Connection:
                 return
             if self.lagging:
                 continue
+            self._wrote.set()
             self.wake.clear()
             self._writer_parked = True
             try:

@@ -136,7 +136,7 @@ class Subscriber:
     async def run(self) -> int:
         """Follow and drive turns until ``request_stop``; 0 on a clean stop, 1 if a part failed."""
         waiting = waiting_for(self.turns.state_dir)
-        self.publisher.set_state(STARTING, revision=self.cursor, started_at=utc_now(), pending=False,
+        self.publisher.set_state(STARTING, revision=self.cursor, resume_after=None, started_at=utc_now(), pending=False,
                                  turns=dict(self.counts), reconnects=0, last_wake_at=None, last_turn=None,
                                  waiting_for=waiting)
         log.info("subscriber_starting", agents=sorted(self.who.agents), director=self.who.director, after=self.cursor)
@@ -328,8 +328,14 @@ class Subscriber:
         if self.cursor is not None:
             self._floor = self.cursor if self._floor is None else min(self._floor, self.cursor)
         self.coalescer.add(self._clock(), revision, name)
-        self.publisher.update(pending=True)
+        self.publisher.update(pending=True, resume_after=self._resume_after())
         self._changed.set()
+
+    def _resume_after(self) -> int | None:
+        """Where a restart must resume while a wake waits for its turn: below that wake's event,
+        so a subscriber killed now (SIGKILL, the OOM killer, a host reset: no clean stop to say
+        so) replays it rather than resuming past it. None when nothing waits."""
+        return self._floor if self.coalescer.pending else None
 
     # -- turns --------------------------------------------------------------------------------
 
@@ -381,6 +387,7 @@ class Subscriber:
             turns=dict(self.counts),
             turn_running=False,
             pending=self.coalescer.pending,
+            resume_after=self._resume_after(),
             last_turn={
                 "revision": turn.revision,
                 "events": list(turn.events),
