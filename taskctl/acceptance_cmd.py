@@ -9,6 +9,7 @@ import click
 from shared import domain
 
 from .command import REF, command, current, drop_none
+from .http import segment
 from .output import Column
 
 ITEM_COLUMNS = [
@@ -37,7 +38,7 @@ def _show(inv: Any, view: dict[str, Any]) -> None:
 def list_(ref: str) -> None:
     """Show a task's acceptance mode and items."""
     inv = current()
-    inv.out.result(inv.call("GET", f"/tasks/{ref}/acceptance"), lambda v: _show(inv, v))
+    inv.out.result(inv.call("GET", f"/tasks/{segment(ref)}/acceptance"), lambda v: _show(inv, v))
 
 
 @command(acceptance, "add")
@@ -46,7 +47,7 @@ def list_(ref: str) -> None:
 def add(ref: str, items: tuple[str, ...]) -> None:
     """Add acceptance ITEMS (one argument each) to a task."""
     inv = current()
-    inv.out.result(inv.call("POST", f"/tasks/{ref}/acceptance", {"items": list(items)}), lambda v: _show(inv, v))
+    inv.out.result(inv.call("POST", f"/tasks/{segment(ref)}/acceptance", {"items": list(items)}), lambda v: _show(inv, v))
 
 
 @command(acceptance, "prune")
@@ -58,12 +59,12 @@ def prune(ref: str, item: str, reason: str) -> None:
     inv = current()
     item_id = item
     if item.isdigit():
-        items = inv.call("GET", f"/tasks/{ref}/acceptance")["items"]
+        items = inv.call("GET", f"/tasks/{segment(ref)}/acceptance")["items"]
         found = [i for i in items if str(i.get("position")) == item]
         if not found:
             raise click.BadParameter(f"{ref} has no acceptance item #{item}", param_hint="ITEM")
         item_id = found[0]["id"]
-    view = inv.call("DELETE", f"/tasks/{ref}/acceptance/{item_id}", query={"reason": reason})
+    view = inv.call("DELETE", f"/tasks/{segment(ref)}/acceptance/{segment(item_id)}", query={"reason": reason})
     inv.out.result(view, lambda v: _show(inv, v))
 
 
@@ -74,5 +75,5 @@ def prune(ref: str, item: str, reason: str) -> None:
 def mode(ref: str, mode: str, reason: str | None) -> None:
     """Set a task's acceptance MODE: review or none."""
     inv = current()
-    view = inv.call("POST", f"/tasks/{ref}/acceptance", drop_none({"mode": mode, "reason": reason}))
+    view = inv.call("POST", f"/tasks/{segment(ref)}/acceptance", drop_none({"mode": mode, "reason": reason}))
     inv.out.result(view, lambda v: _show(inv, v))

@@ -14,7 +14,7 @@ from shared.limits import MAX_ATTACHMENT_BYTES
 
 from .command import REF, Invocation, command, current, drop_none
 from .errors import TaskctlError
-from .http import Reply
+from .http import Reply, segment
 from .output import Column
 from .render import short_time
 
@@ -83,7 +83,7 @@ def upload(ref: str, file: str, name: str | None, content_type: str | None) -> N
     inv = current()
     filename = name or os.path.basename(file)
     data = _read_upload(file)
-    added = _send(inv, "POST", f"/api/v1/tasks/{ref}/attachments", data, _content_type(filename, content_type),
+    added = _send(inv, "POST", f"/api/v1/tasks/{segment(ref)}/attachments", data, _content_type(filename, content_type),
                   {"filename": filename}, f"uploading {filename}")
     inv.out.result(added, lambda a: inv.out.echo(f"attached {a['filename']} ({human_size(a['size'])}) as {a['id']}"))
 
@@ -97,7 +97,7 @@ def replace(attachment_id: str, file: str, name: str | None, content_type: str |
     """Replace an attachment's content with FILE."""
     inv = current()
     data = _read_upload(file)
-    updated = _send(inv, "PUT", f"/api/v1/attachments/{attachment_id}", data,
+    updated = _send(inv, "PUT", f"/api/v1/attachments/{segment(attachment_id)}", data,
                     _content_type(name or file, content_type), drop_none({"filename": name}), f"uploading {file}")
     inv.out.result(updated, lambda a: inv.out.echo(f"replaced {a['id']} with {a['filename']} ({human_size(a['size'])})"))
 
@@ -127,7 +127,7 @@ def download(attachment_id: str, out: str | None, force: bool) -> None:
     if out == "-" and inv.out.json:
         raise click.UsageError("--json and --out - both want stdout; pick one")
     http = inv.http()
-    reply = http.request_raw("GET", f"/api/v1/attachments/{attachment_id}", headers={"Accept": "*/*"})
+    reply = http.request_raw("GET", f"/api/v1/attachments/{segment(attachment_id)}", headers={"Accept": "*/*"})
     if reply.status >= 400:
         raise http.refusal(reply)
     data = reply.body if isinstance(reply.body, bytes) else str(reply.body).encode()
@@ -149,7 +149,7 @@ def download(attachment_id: str, out: str | None, force: bool) -> None:
 def list_(ref: str) -> None:
     """List a task's attachments."""
     inv = current()
-    page = inv.call("GET", f"/tasks/{ref}/attachments")
+    page = inv.call("GET", f"/tasks/{segment(ref)}/attachments")
     inv.out.result(page, lambda p: inv.out.table(p["items"], ATTACHMENT_COLUMNS, empty="no attachments"))
 
 
@@ -158,5 +158,5 @@ def list_(ref: str) -> None:
 def remove(attachment_id: str) -> None:
     """Remove an attachment."""
     inv = current()
-    removed = inv.call("DELETE", f"/attachments/{attachment_id}")
+    removed = inv.call("DELETE", f"/attachments/{segment(attachment_id)}")
     inv.out.result(removed, lambda a: inv.out.echo(f"removed {a['filename']} ({a['id']})"))

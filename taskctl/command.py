@@ -5,7 +5,7 @@ The options ``--url --token --actor --actor-kind --json`` are accepted both befo
 command's own value wins. A command reads them through :func:`current`:
 
     inv = current()
-    task = inv.call("GET", f"/api/v1/tasks/{ref}")
+    task = inv.call("GET", f"/api/v1/tasks/{segment(ref)}")
     inv.out.result(task, render)
 
 ``inv.board()`` resolves (and may autostart) the board only when a command first needs it.
@@ -174,12 +174,19 @@ def json_object(value: str | None, what: str) -> dict[str, Any] | None:
     if value is None:
         return None
     try:
-        parsed = jsonlib.loads(value)
+        parsed = jsonlib.loads(value, parse_constant=_not_json)
     except ValueError as exc:
         raise click.BadParameter(f"{what} must be a JSON object: {exc}") from None
+    except RecursionError:
+        raise click.BadParameter(f"{what} is nested too deeply to send") from None
     if not isinstance(parsed, dict):
         raise click.BadParameter(f"{what} must be a JSON object, not {type(parsed).__name__}")
     return parsed
+
+
+def _not_json(word: str) -> Any:
+    """``NaN``, ``Infinity``: Python's json reads them, JSON (RFC 8259) has no such numbers."""
+    raise ValueError(f"{word} is not a JSON number")
 
 
 def actor_ref(value: str | None, what: str) -> tuple[str, str] | None:

@@ -9,7 +9,7 @@ import click
 from shared import domain, limits
 
 from .command import REF, command, current, drop_none, text_or_file
-from .http import paginate
+from .http import paginate, segment
 from .output import Column
 from .render import next_cursor, short_time, who
 
@@ -40,7 +40,7 @@ def add(ref: str, text: str | None, source: str | None, kind: str | None) -> Non
     """Comment on a task with TEXT."""
     inv = current()
     body = drop_none({"body": text_or_file(text, source, "comment"), "kind": kind})
-    added = inv.call("POST", f"/tasks/{ref}/comments", body)
+    added = inv.call("POST", f"/tasks/{segment(ref)}/comments", body)
     resumed = _resumed_by(inv, ref, added)
     added = {**added, "resumed": resumed is not None}
 
@@ -65,7 +65,7 @@ def _resumed_by(inv: Any, ref: str, added: dict[str, Any]) -> dict[str, Any] | N
     """
     if added.get("actor_kind") != "human":
         return None  # only a human's comment resumes (SPEC §4.4)
-    rows = inv.call("GET", f"/tasks/{ref}/activities", query={"order": "desc", "limit": RESUME_LOOKBACK})["items"]
+    rows = inv.call("GET", f"/tasks/{segment(ref)}/activities", query={"order": "desc", "limit": RESUME_LOOKBACK})["items"]
     for row in rows:
         changes = row.get("changes") or {}
         if row.get("event") == "task_resumed" and changes.get("commentId") == added.get("id"):
@@ -83,7 +83,7 @@ def list_(ref: str, limit: int, cursor: str | None, all_pages: bool) -> None:
     """List a task's comments, oldest first."""
     inv = current()
     query = drop_none({"limit": limit, "cursor": cursor})
-    path = f"/tasks/{ref}/comments"
+    path = f"/tasks/{segment(ref)}/comments"
     if all_pages:
         page: dict[str, Any] = {"items": list(paginate(inv.http(), "/api/v1" + path, query)), "next_cursor": None}
     else:

@@ -14,6 +14,7 @@ import click
 
 from .command import command, current, drop_none
 from .errors import TaskctlError
+from .http import segment
 from .output import Column
 
 BREACHES_PATH = "/breaches"
@@ -72,7 +73,7 @@ def list_conditions(project: str | None) -> None:
             task_id = item.get("task_id")
             if isinstance(task_id, str) and task_id not in names:
                 try:
-                    names[task_id] = inv.call("GET", f"/tasks/{task_id}")["identifier"]
+                    names[task_id] = inv.call("GET", f"/tasks/{segment(task_id)}")["identifier"]
                 except TaskctlError:
                     names[task_id] = task_id  # archived or gone since: the id is all there is
             items.append({**item, "identifier": names.get(task_id) if isinstance(task_id, str) else None})

@@ -30,6 +30,13 @@ UPLOAD_CHUNK = 64 * 1024
 USER_AGENT = "taskctl/0.1"
 
 
+def segment(value: str) -> str:
+    """``value`` (a ref, an id the user typed) as one path segment: ``#``, ``?``, ``/`` and spaces
+    in it mean nothing to the URL, so a ref no task holds is asked about as given and answered
+    NOT_FOUND, never a fragment dropped or another route reached."""
+    return urllib.parse.quote(value, safe="")
+
+
 @dataclass
 class Reply:
     status: int

@@ -22,7 +22,6 @@ import json
 import os
 import sys
 import threading
-import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +34,7 @@ from .actors import Actor
 from .command import API, current, global_options
 from .discovery import Board, resolve_board
 from .errors import TaskctlError, redact
-from .http import BoardHttp
+from .http import BoardHttp, segment
 
 SERVER_NAME = "taskloom"
 SDK_MISSING = "taskctl mcp needs the MCP Python SDK, which is not installed: pip install 'taskloom[mcp]'"
@@ -101,7 +100,7 @@ ACTOR_ID = "\0actor_id"
 
 
 def _task(ref: str, verb: str = "") -> str:
-    return f"{API}/tasks/{urllib.parse.quote(ref, safe='')}" + (f"/{verb}" if verb else "")
+    return f"{API}/tasks/{segment(ref)}" + (f"/{verb}" if verb else "")
 
 
 def _pick(args: Mapping[str, Any], *names: str) -> dict[str, Any]:

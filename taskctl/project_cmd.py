@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from .command import command, current, drop_none, json_object, read_text
+from .http import segment
 from .output import Column
 from .render import short_time
 
@@ -84,7 +85,7 @@ def list_() -> None:
 def show(project_id: str) -> None:
     """Show a project."""
     inv = current()
-    inv.out.result(inv.call("GET", f"/projects/{project_id}"), lambda p: project_fields(inv, p))
+    inv.out.result(inv.call("GET", f"/projects/{segment(project_id)}"), lambda p: project_fields(inv, p))
 
 
 @command(project, "update")
@@ -110,7 +111,7 @@ def update(project_id: str, name: str | None, workspace: str | None, no_workspac
         body["workspace_path"] = None
     if not body:
         raise click.UsageError("nothing to update: give at least one option (see --help)")
-    updated = inv.call("PATCH", f"/projects/{project_id}", body)
+    updated = inv.call("PATCH", f"/projects/{segment(project_id)}", body)
     inv.out.result(updated, lambda p: inv.out.echo(f"updated project {p['id']}"))
 
 
@@ -121,8 +122,8 @@ def readme(project_id: str, source: str | None) -> None:
     """Print a project's readme, or replace it with --set."""
     inv = current()
     if source is None:
-        found = inv.call("GET", f"/projects/{project_id}")
+        found = inv.call("GET", f"/projects/{segment(project_id)}")
         inv.out.result({"id": found["id"], "readme": found["readme"]}, lambda r: inv.out.echo(r["readme"], nl=False))
         return
-    updated = inv.call("PUT", f"/projects/{project_id}/readme", {"readme": read_text(source, "readme")})
+    updated = inv.call("PUT", f"/projects/{segment(project_id)}/readme", {"readme": read_text(source, "readme")})
     inv.out.result(updated, lambda p: inv.out.echo(f"updated the readme of {p['id']}"))

@@ -9,6 +9,7 @@ import click
 from shared import domain
 
 from .command import REF, command, current, drop_none
+from .http import segment
 from .output import Column, status_colour
 from .render import short_time
 
@@ -42,7 +43,7 @@ def relation() -> None:
 def add(ref: str, type_: str, target: str) -> None:
     """Relate REF to TARGET with TYPE."""
     inv = current()
-    added = inv.call("POST", f"/tasks/{ref}/relations", {"type": type_, "target": target})
+    added = inv.call("POST", f"/tasks/{segment(ref)}/relations", {"type": type_, "target": target})
     inv.out.result(added, lambda r: inv.out.echo(f"added {ref} {type_} {target} ({r['id']})"))
 
 
@@ -52,7 +53,7 @@ def add(ref: str, type_: str, target: str) -> None:
 def list_(ref: str, type_: str | None) -> None:
     """List a task's relations in both directions."""
     inv = current()
-    page: dict[str, Any] = inv.call("GET", f"/tasks/{ref}/relations", query=drop_none({"type": type_}))
+    page: dict[str, Any] = inv.call("GET", f"/tasks/{segment(ref)}/relations", query=drop_none({"type": type_}))
     inv.out.result(page, lambda p: inv.out.table(p["items"], RELATION_COLUMNS, empty="no relations"))
 
 
@@ -62,5 +63,5 @@ def list_(ref: str, type_: str | None) -> None:
 def remove(ref: str, relation_id: str) -> None:
     """Remove one of REF's relations (its id from `relation list`)."""
     inv = current()
-    removed = inv.call("DELETE", f"/tasks/{ref}/relations/{relation_id}")
+    removed = inv.call("DELETE", f"/tasks/{segment(ref)}/relations/{segment(relation_id)}")
     inv.out.result(removed, lambda r: inv.out.echo(f"removed {r.get('type', 'relation')} {relation_id}"))

@@ -9,6 +9,7 @@ import click
 from shared import limits
 
 from .command import REF, command, current, drop_none, text_or_file
+from .http import segment
 from .output import Column
 from .render import short_time, who
 
@@ -52,7 +53,7 @@ def template() -> None:
 def write(ref: str, source: str) -> None:
     """Write a report for the current delivery round without delivering."""
     inv = current()
-    written = inv.call("POST", f"/tasks/{ref}/report", {"body": text_or_file(None, source, "report")})
+    written = inv.call("POST", f"/tasks/{segment(ref)}/report", {"body": text_or_file(None, source, "report")})
     inv.out.result(written, lambda r: inv.out.echo(f"wrote report {r['id']} for {ref} round {r['round']}"))
 
 
@@ -64,7 +65,7 @@ def list_(ref: str, round_: int | None, full: bool) -> None:
     """List a task's reports, oldest first."""
     inv = current()
     query = drop_none({"round": round_, "limit": limits.PAGE_LIMIT_MAX})
-    page: dict[str, Any] = inv.call("GET", f"/tasks/{ref}/reports", query=query)
+    page: dict[str, Any] = inv.call("GET", f"/tasks/{segment(ref)}/reports", query=query)
 
     def human(page: dict[str, Any]) -> None:
         if not full:

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from .command import REF, actor_ref, command, current, drop_none
+from .http import segment
 from .output import Column
 from .render import short_time, who
 
@@ -42,7 +43,7 @@ def register(ref: str, seg: int, phase: str, owner: str | None) -> None:
     body: dict[str, Any] = {"seg": seg, "phase": phase}
     if pair:
         body["owner_kind"], body["owner_id"] = pair
-    reply = inv.http().request_raw("POST", f"/api/v1/tasks/{ref}/sessions", json=body)
+    reply = inv.http().request_raw("POST", f"/api/v1/tasks/{segment(ref)}/sessions", json=body)
     if reply.status >= 400:
         raise inv.http().refusal(reply)
     verb = "registered" if reply.status == 201 else "resumed"
@@ -56,7 +57,7 @@ def register(ref: str, seg: int, phase: str, owner: str | None) -> None:
 def close(ref: str, session_id: str, status: str) -> None:
     """Close an open session."""
     inv = current()
-    closed = inv.call("POST", f"/tasks/{ref}/sessions/{session_id}/close", {"status": status})
+    closed = inv.call("POST", f"/tasks/{segment(ref)}/sessions/{segment(session_id)}/close", {"status": status})
     inv.out.result(closed, lambda s: inv.out.echo(f"closed session {s['id']} ({s['status']})"))
 
 
@@ -66,5 +67,5 @@ def close(ref: str, session_id: str, status: str) -> None:
 def list_(ref: str, status: str | None) -> None:
     """List the sessions on a task."""
     inv = current()
-    page = inv.call("GET", f"/tasks/{ref}/sessions", query=drop_none({"status": status}))
+    page = inv.call("GET", f"/tasks/{segment(ref)}/sessions", query=drop_none({"status": status}))
     inv.out.result(page, lambda p: inv.out.table(p["items"], SESSION_COLUMNS, empty="no sessions"))

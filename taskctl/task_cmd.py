@@ -20,7 +20,7 @@ from .command import (
     read_text,
     text_or_file,
 )
-from .http import paginate
+from .http import paginate, segment
 from .render import TASK_COLUMNS, next_cursor, task_fields, task_line
 
 PROJECT_HELP = "Project id (default: TASKLOOM_PROJECT)."
@@ -35,7 +35,7 @@ def task() -> None:
 
 
 def _path(ref: str, verb: str = "") -> str:
-    return f"/tasks/{ref}" + (f"/{verb}" if verb else "")
+    return f"/tasks/{segment(ref)}" + (f"/{verb}" if verb else "")
 
 
 def _split(values: tuple[str, ...]) -> list[str]:

@@ -150,12 +150,14 @@ class Credentials:
         scheme, _, credentials = header.strip().partition(" ")
         if scheme.lower() != "bearer":  # RFC 9110 §11.1: the scheme is case-insensitive
             return False
-        return hmac.compare_digest(credentials.strip().encode(), self._token.encode())
+        # Bytes that are not UTF-8 reach us as surrogates: such a credential is simply wrong.
+        given = credentials.strip().encode(errors="surrogatepass")
+        return hmac.compare_digest(given, self._token.encode())
 
     # -- session cookies ---------------------------------------------------------------------------
 
     def _sign(self, nonce: str, issued: int, seen: int) -> str:
-        message = f"session:{SESSION_MARK}:{nonce}:{issued}:{seen}".encode()
+        message = f"session:{SESSION_MARK}:{nonce}:{issued}:{seen}".encode(errors="surrogatepass")
         return hmac.new(self._token.encode(), message, hashlib.sha256).hexdigest()
 
     def _cookie(self, nonce: str, issued: int, seen: int) -> str:
@@ -168,11 +170,15 @@ class Credentials:
     def check_session(self, cookie: str | None) -> Session | None:
         """The session of a genuine, unexpired, not revoked cookie; None for anything else."""
         parts = cookie.split(".") if cookie else []
-        if len(parts) != 5 or parts[0] != SESSION_MARK or not (parts[2].isdigit() and parts[3].isdigit()):
+        # ASCII digits only: ``isdigit`` also takes ``²``, which ``int`` refuses.
+        if len(parts) != 5 or parts[0] != SESSION_MARK or not all(
+            text.isascii() and text.isdigit() for text in parts[2:4]
+        ):
             return None
         _, nonce, issued_text, seen_text, signature = parts
         issued, seen = int(issued_text), int(seen_text)
-        if not hmac.compare_digest(signature.encode(), self._sign(nonce, issued, seen).encode()):
+        given = signature.encode(errors="surrogatepass")  # not UTF-8: a wrong signature, not a crash
+        if not hmac.compare_digest(given, self._sign(nonce, issued, seen).encode()):
             return None
         now = self.clock()
         if now >= issued + self.absolute_seconds or now >= seen + self.idle_seconds or nonce in self._revoked:

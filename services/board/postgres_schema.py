@@ -2,9 +2,11 @@
 is enabled, checked at each start, recreated on request (``taskd serve --repair-schema``).
 
 The SQLite file has its own check (``sqlite_store.verify_triggers``). PostgreSQL can lose a rule
-in two more ways than SQLite: a trigger can be *disabled* (``ALTER TABLE … DISABLE TRIGGER``,
-or ``session_replication_role``-style tooling left behind), and dropping a trigger *function*
-with ``CASCADE`` takes its triggers with it. Both are found here, and the repair recreates the
+in more ways than SQLite: a trigger can be *disabled* (``ALTER TABLE … DISABLE TRIGGER``) or left
+to fire only under the replica role (``ENABLE REPLICA TRIGGER``, what replication tooling leaves
+behind), every session can be given that role (``ALTER DATABASE … SET session_replication_role``,
+refused here: the board cannot undo it), and dropping a trigger *function*
+with ``CASCADE`` takes its triggers with it. All are found here, and the repair recreates the
 function from the migrations before the trigger that calls it.
 
 The definitions are read from the migration SQL itself, so the list cannot drift from what the
@@ -100,6 +102,26 @@ def defined() -> Definitions:
     return Definitions(triggers, functions)
 
 
+#: ``pg_trigger.tgenabled`` values that fire in a board's sessions (``session_replication_role =
+#: origin``): 'O' (the default) and 'A' (always). 'D' never fires; 'R' fires only under the replica
+#: role, which is what replication tooling leaves behind (``ENABLE REPLICA TRIGGER``).
+FIRING: Final = frozenset({"O", "A"})
+
+
+class RulesSilenced(SchemaDamaged):
+    """The board's sessions run with ``session_replication_role`` other than ``origin`` (set on
+    the database or the role): no ordinary trigger fires in them, whatever the schema holds."""
+
+    def __init__(self, where: str, role: str) -> None:
+        self.missing, self.disabled = [], []
+        RuntimeError.__init__(
+            self,
+            f"{where} gives this board's sessions session_replication_role = {role}, in which none of the "
+            "schema's triggers fire, so its rules are not enforced; reset it (ALTER DATABASE … RESET "
+            "session_replication_role, or ALTER ROLE … RESET) and start again",
+        )
+
+
 @dataclass(frozen=True)
 class Problems:
     missing: list[str]
@@ -123,7 +145,7 @@ def problems(conn: Any, wanted: Definitions) -> Problems:
         state = present.get((trigger.table, trigger.name))
         if state is None:
             missing.append(trigger.name)
-        elif state == "D":  # 'O' fires in origin mode (the default); 'D' never fires
+        elif state not in FIRING:
             disabled.append(trigger.name)
     return Problems(sorted(missing), sorted(disabled))
 
@@ -136,6 +158,9 @@ def verify_triggers(url: str, *, repair: bool = False) -> list[str]:
     """
     wanted = defined()
     with connect(url) as conn:
+        role = conn.execute("SELECT current_setting('session_replication_role')").fetchone()
+        if role is not None and str(role[0]) != "origin":
+            raise RulesSilenced(f"the database at {describe_target(url)}", str(role[0]))
         found = problems(conn, wanted)
         if not found:
             return []

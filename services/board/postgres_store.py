@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import secrets
 import threading
 import time
@@ -48,6 +49,7 @@ from shared.errors import TaskloomError
 from .dialect import POSTGRESQL, Params, bind
 from .notification_seal import KEY_BYTES, KEY_SECRET, SEAL_BYTES, NotificationSeal
 from .store import (
+    PEER_GAP,
     READER_THREADS,
     ROWS_AFTER_SQL,
     Actor,
@@ -73,7 +75,7 @@ log = structlog.get_logger("taskd.store")
 LOG_CHANNEL: Final = "taskloom_log"
 TOKEN_CHANNEL: Final = "taskloom_token"
 #: What a commit's effects mean for the other board processes (signals, deadlines), as
-#: ``<origin> <note>``: each process drops its own.
+#: ``<origin> <head> <serial> <note>``: each process drops its own, and any it has heard already.
 PEER_CHANNEL: Final = "taskloom_peer"
 #: A batch's encoded frames, sent with its COMMIT before the log notification, as ``<end> <origin>
 #: <began> <packed frames>``: another process whose log reader stands at ``began`` publishes them
@@ -85,6 +87,9 @@ FRAMES_NOTE_BYTES: Final = 7900
 #: Sent (``<origin>``) by a process while its log reader has live streams: only then do the others
 #: send their frames, which cost a process serving the database alone server and client time.
 WANT_CHANNEL: Final = "taskloom_frames_wanted"
+#: Board processes whose last peer note a listener remembers: more than ever serve one database
+#: at once; one forgotten (long stopped) could have a note sent again heard once more.
+PEER_ORIGINS: Final = 256
 #: How often a process with live streams says so again, seconds; the others send frames for
 #: ``WANT_LEASE_S`` after hearing it. Until the first word arrives a new stream's frames are read.
 WANT_EVERY_S: Final = 5.0
@@ -442,6 +447,14 @@ class PostgresStore(WriterStore):
         self.listen_waits = 0
         #: Names this store's notifications, so its own LISTEN drops them.
         self.origin = secrets.token_hex(6)
+        #: Numbers this process's peer notes, so a listener can tell a note it has heard from the
+        #: same sealed text sent again by anyone who can LISTEN (``_fresh_peer_note``).
+        self._peer_serial = itertools.count(1)
+        #: origin → the serial of the last peer note heard from it (LISTEN thread only).
+        self._peer_heard: dict[str, int] = {}
+        #: The head when this listener's connection began listening: a genuine note comes from a
+        #: commit after that, at or above it; an older one is a recording sent again.
+        self._peer_floor = 0
         self._listen_conn: psycopg.Connection[Any] | None = None
         #: Until when (monotonic) another process has said it has live streams (``WANT_CHANNEL``),
         #: and when this one last said so itself (LISTEN thread).
@@ -540,7 +553,9 @@ class PostgresStore(WriterStore):
             steps.append(ROWS_AFTER_SQL.format(began=int(frames[0])))
             steps += self._frames_note(conn, frames[0], encoded)
         steps += [self._sealed_notify(conn, LOG_CHANNEL, str(int(revision)))] if revision else []
-        steps += [self._sealed_notify(conn, PEER_CHANNEL, f"{self.origin} {note}") for note in notes]
+        # ``_batch_head``: the head the batch commits at, which the writer set before this COMMIT.
+        steps += [self._sealed_notify(conn, PEER_CHANNEL, f"{self.origin} {self._batch_head} {next(self._peer_serial)} {note}")
+                  for note in notes]
         cursor = conn.script("; ".join((*steps, "COMMIT")))
         if frames is None or not encoded:
             return None
@@ -716,6 +731,7 @@ class PostgresStore(WriterStore):
 
     def _listen(self) -> None:
         """Turn every notification into a commit-listener (or token-listener) call on the loop."""
+        listened = False
         while not self._listen_stop.is_set():
             try:
                 conn = connect(self.url)
@@ -729,6 +745,9 @@ class PostgresStore(WriterStore):
                     self.listen_waits += 1
                     self._listen_stop.wait(LISTEN_RETRY_S)
                     continue
+                # Read before LISTEN: every commit heard from now on is at or above it.
+                floor = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()
+                self._peer_floor = int(floor[0]) if floor else 0
                 conn.execute(f"LISTEN {LOG_CHANNEL}")
                 conn.execute(f"LISTEN {TOKEN_CHANNEL}")
                 conn.execute(f"LISTEN {PEER_CHANNEL}")
@@ -738,7 +757,10 @@ class PostgresStore(WriterStore):
                 conn.execute("SELECT pg_notify(%s, %s)", (WANT_CHANNEL, seal.seal(WANT_ASK)))
                 # Whatever was committed while nobody listened: the readers read up to the head now.
                 head = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()
-                self._hand_over(int(head[0]) if head else 0, token=True)
+                # Listening again after a lost connection: what the others' commits told the peers
+                # meanwhile (their deadlines above all) never reached this process.
+                self._hand_over(int(head[0]) if head else 0, token=True, peer=PEER_GAP if listened else None)
+                listened = True
                 while not self._listen_stop.is_set():
                     for note in conn.notifies(timeout=LISTEN_WAKE_S):
                         if note.channel == TOKEN_CHANNEL:
@@ -757,8 +779,8 @@ class PostgresStore(WriterStore):
                             elif payload != self.origin:
                                 self._frames_wanted_until = time.monotonic() + WANT_LEASE_S
                         elif note.channel == PEER_CHANNEL:
-                            origin, _, body = payload.partition(" ")
-                            if origin != self.origin:
+                            body = self._fresh_peer_note(payload)
+                            if body is not None:
                                 self._hand_over(0, peer=body)
                     self._say_wanted(conn, seal)
             except psycopg.Error as exc:
@@ -769,6 +791,27 @@ class PostgresStore(WriterStore):
                 self._listen_conn = None
                 with contextlib.suppress(Exception):
                     conn.close()
+
+    def _fresh_peer_note(self, payload: str) -> str | None:
+        """The note of another process's ``<origin> <head> <serial> <note>`` heard for the first
+        time; None for this process's own, and for one sent again: the seal proves who wrote a
+        note, not that it is new, and anyone who can LISTEN can send the same text once more."""
+        try:
+            origin, head_text, serial_text, body = payload.split(" ", 3)
+            head, serial = int(head_text), int(serial_text)
+        except ValueError:
+            log.warning("peer_note_unreadable", size=len(payload))
+            return None
+        if origin == self.origin:
+            return None
+        if head < self._peer_floor or serial <= self._peer_heard.get(origin, 0):
+            log.warning("peer_note_replayed", origin=origin, head=head, serial=serial)
+            return None
+        self._peer_heard.pop(origin, None)  # the most recently heard last: the oldest is dropped first
+        self._peer_heard[origin] = serial
+        if len(self._peer_heard) > PEER_ORIGINS:
+            self._peer_heard.pop(next(iter(self._peer_heard)))
+        return body
 
     def _hand_over(self, revision: int, *, token: bool = False, peer: str | None = None) -> None:
         loop = self._loop

@@ -241,6 +241,9 @@ EffectsListener = Callable[[list[Any], int], None]
 PeerEffects = Callable[[list[Any], int], list[str]]
 #: Told on the event loop what another board process's ``PeerEffects`` encoded.
 PeerListener = Callable[[str], None]
+#: Told to the peer listeners instead of a note when this process may have missed some: its
+#: listening connection was lost and is back (a notification reaches only who listens at COMMIT).
+PEER_GAP: Final = ""
 #: The most one such string may hold: PostgreSQL refuses a notification of 8,000 bytes or more
 #: (the sender's name, 13 bytes, and the seal, 65, go in front of it).
 PEER_NOTE_BYTES: Final = 7900

@@ -67,6 +67,10 @@ def check_content_type(value: str | None) -> str:
     if value is None or not value.strip():
         return DEFAULT_CONTENT_TYPE
     value = value.strip()
+    if not value.isascii():
+        # A media type is ASCII (RFC 9110 §8.3.1); bytes that are not UTF-8 reach us as surrogates,
+        # which no row may hold and no answer can echo.
+        raise validation("Content-Type must be ASCII text of the form type/subtype")
     if len(value) > CONTENT_TYPE_MAX_CHARS or _CONTROL.search(value) or not _CONTENT_TYPE.match(value):
         raise validation("Content-Type must look like type/subtype", content_type=value[:CONTENT_TYPE_MAX_CHARS + 1])
     return value

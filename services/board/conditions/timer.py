@@ -31,7 +31,7 @@ from typing import Any, Final
 import orjson
 import structlog
 
-from ..store import PEER_NOTE_BYTES, SYSTEM_ACTOR, Tx, WriterStore
+from ..store import PEER_GAP, PEER_NOTE_BYTES, SYSTEM_ACTOR, Tx, WriterStore
 from . import instant
 from .signals import Deadlines, Signal
 
@@ -129,6 +129,9 @@ class ConditionsEngine:
 
     def _on_peer(self, note: str) -> None:
         """What another board process's commit left: handled as this process's own effects."""
+        if note == PEER_GAP:
+            self._resync()
+            return
         try:
             read = self._peer_reader.read(note)
         except (ValueError, TypeError, KeyError):
@@ -136,6 +139,23 @@ class ConditionsEngine:
             return
         if read is not None:
             self._on_effects(read[1], read[0])
+
+    def _resync(self) -> None:
+        """The store missed the other processes' notes for a while: their deadlines armed meanwhile
+        are derived again from state, as at start (a split note left open is void)."""
+        self._peer_reader = PeerNoteReader()
+        if not self._running:
+            return
+        log.info("conditions_resync", reason="peer_notes_missed")
+        task = asyncio.get_running_loop().create_task(self._rebuild())
+        self._firing.add(task)
+        task.add_done_callback(self._firing.discard)
+
+    async def _rebuild(self) -> None:
+        try:
+            await self.store.command(instant.rebuild, SYSTEM_ACTOR, claim_fresh_seconds=self.claim_fresh_seconds)
+        except Exception:  # noqa: BLE001 - the next reconnect or start tries again
+            log.exception("conditions_resync_failed")
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from aiohttp import hdrs, web
 from ..api import PREFIX, Call, Created, Route, read_body
 from ..commands import attachments, state_import
 from ..queries import state
-from ..store import utc_now
+from ..store import SYSTEM_ACTOR, utc_now
 
 log = structlog.get_logger("taskd")
 
@@ -136,10 +136,19 @@ async def import_state_route(call: Call) -> Any:
     parsed = await loop.run_in_executor(None, state_import.parse_state, data.splitlines())
     root = call.settings.attachments_dir
     # A database that keeps the bytes (PostgreSQL) gets them in the import's own transaction.
-    for sha256, blob in () if call.store.blobs_in_database else parsed.blobs.items():
+    written = [] if call.store.blobs_in_database else list(parsed.blobs)
+    for sha256 in written:
         # Before the transaction, as for an upload: a blob without a row is harmless, the reverse is not.
-        await loop.run_in_executor(None, attachments.write_blob, root, blob, sha256)
-    result = await call.store.command(state_import.import_state, state_import.IMPORTER, parsed)
+        await loop.run_in_executor(None, attachments.write_blob, root, parsed.blobs[sha256], sha256)
+    try:
+        result = await call.store.command(state_import.import_state, state_import.IMPORTER, parsed)
+    except Exception:
+        # Refused by the database (a CHECK, a trigger) or lost: a refused import writes nothing, so
+        # the bytes go again, each on the writer thread, where no row can name it meanwhile.
+        for sha256 in written:
+            with contextlib.suppress(Exception):
+                await call.store.command(attachments.purge_blob, SYSTEM_ACTOR, sha256, root)
+        raise
     log.info("state_imported", asked_by=f"{asker.kind}:{asker.id}", revision=result["revision"], counts=result["imported"])
     return Created(result)
 
