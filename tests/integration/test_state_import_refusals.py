@@ -132,6 +132,19 @@ async def test_a_bad_file_is_refused_by_line_and_writes_nothing(
     await assert_nothing_written(board)
 
 
+async def test_a_file_the_schema_refuses_writes_no_blob(source: list[dict], target: tuple[RunningBoard, BoardClient]) -> None:
+    """``parse_state`` checks types, references and digests; the schema's own CHECKs (a title of
+    1–500 characters) are judged inside the import's transaction, after the attachments' bytes were
+    written. The rows roll back and the route removes the bytes again: they stayed, named by no row."""
+    records = json.loads(json.dumps(source))
+    assert any(record["kind"] == "attachment" for record in records), "no attachment: the test proves nothing"
+    records[max(i for i, record in enumerate(records) if record["kind"] == "task")]["row"]["title"] = ""
+    board, client = target
+    reply = await client.request("POST", f"{API}/state", data=encode(records))
+    assert reply.status == 400 and reply.error == "VALIDATION_FAILED", reply.body
+    await assert_nothing_written(board)
+
+
 async def test_a_file_cut_in_the_middle_of_a_line_is_refused(
     source: list[dict], target: tuple[RunningBoard, BoardClient]
 ) -> None:
