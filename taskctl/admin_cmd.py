@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import os
+from pathlib import Path
 from typing import Any
 
 import click
+
+from shared.paths import runtime_dir
 
 from .command import command, current, global_options
 from .errors import TaskctlError
@@ -46,8 +50,10 @@ def open_board(print_only: bool) -> None:
         import webbrowser
 
         try:
-            opened = webbrowser.open(link)
-        except webbrowser.Error:
+            # Never the link itself: a browser's argv is readable by every local user (``ps``),
+            # who would redeem the code first. The browser gets an owner-only page that sends it on.
+            opened = webbrowser.open(_login_page(link).as_uri())
+        except (webbrowser.Error, OSError):
             opened = False
 
     def human(data: dict[str, Any]) -> None:
@@ -57,6 +63,29 @@ def open_board(print_only: bool) -> None:
             inv.out.echo(data["url"])
 
     inv.out.result({"url": link, "opened": opened}, human)
+
+
+#: The page ``taskctl open`` hands the browser, in the runtime directory: one per user, replaced
+#: by each ``open`` (the code in it works once, for 10 minutes).
+LOGIN_PAGE = "login.html"
+
+
+def _login_page(link: str) -> Path:
+    """An owner-only page that takes the browser to ``link`` at once; its path is no secret."""
+    directory = runtime_dir(os.environ, Path.home()).expanduser().absolute()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = directory / LOGIN_PAGE
+    quoted = html.escape(link, quote=True)
+    page = (
+        '<!doctype html><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
+        f'<meta http-equiv="refresh" content="0;url={quoted}"><title>Taskloom</title>'
+        f'<p><a href="{quoted}">Open the board</a></p>\n'
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        os.fchmod(file.fileno(), 0o600)  # a file left by an older taskctl keeps no wider mode
+        file.write(page)
+    return path
 
 
 @click.group()

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from shared.errors import TaskloomError
 
-from .client_stream import DISCONNECTED, SERVER_STOPPING, Stream
+from .client_stream import DISCONNECTED, LIFETIME, SERVER_STOPPING, SESSION_ENDED, Stream
 from .conditions.signals import Signal
 from .descriptors import fewer_free_than
 from .fanout import Handoff
@@ -88,12 +88,21 @@ class StreamRegistry:
                 hint="close idle streams, or raise the board's open-file limit (LimitNOFILE= in its unit)",
             )
 
-    async def serve(self, stream: Stream) -> web.StreamResponse:
-        """Run ``stream`` as a registered stream; capacity was checked by the caller, synchronously."""
+    async def serve(self, stream: Stream, *, session_left: float | None = None) -> web.StreamResponse:
+        """Run ``stream`` as a registered stream; capacity was checked by the caller, synchronously.
+
+        ``session_left``: seconds until the browser session the stream was opened with expires. A
+        stream is authenticated once, when it starts, so it ends then (``session_ended``), or it
+        would outlive the session's limits however long it stayed open.
+        """
         self.check_capacity()
         self._streams.add(stream)
-        if self.lifetime is not None:
-            self._timers[stream] = asyncio.get_running_loop().call_later(self.lifetime, stream.end, "lifetime")
+        ends = [(self.lifetime, LIFETIME)] if self.lifetime is not None else []
+        if session_left is not None:
+            ends.append((session_left, SESSION_ENDED))
+        if ends:
+            delay, reason = min(ends)
+            self._timers[stream] = asyncio.get_running_loop().call_later(delay, stream.end, reason)
         if self.stopping:
             stream.end(SERVER_STOPPING)
         try:

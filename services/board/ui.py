@@ -44,9 +44,12 @@ async def index(request: web.Request) -> web.FileResponse:
 async def _revalidate_static(request: web.Request, response: web.StreamResponse) -> None:
     # Modules are not fingerprinted, so make the browser revalidate them (cheap on loopback):
     # after an upgrade the page never runs an old module against a new board.
+    # The page's own headers on every static file too: ``/static/index.html`` is the page as well,
+    # and without them it could be framed (another port of 127.0.0.1 is the same site, so the
+    # session cookie goes with the frame) and would run without its CSP.
     if request.path.startswith("/static/"):
-        response.headers.setdefault("Cache-Control", "no-cache")
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        for name, value in PAGE_HEADERS.items():
+            response.headers.setdefault(name, value)
 
 
 def setup(app: web.Application) -> None:

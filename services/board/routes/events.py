@@ -13,7 +13,7 @@ from ..api import PREFIX, Call, F, Route
 from ..client_stream import HEADERS as STREAM_HEADERS
 from ..client_stream import Projection, Stream
 from ..dialect import Connection
-from ..keys import LOG_READER, STREAMS
+from ..keys import CREDENTIALS, LOG_READER, SESSION, STREAMS
 from ..queries import activities
 from ..queries.projects import require_project
 from ..queries.tasks import require_task
@@ -116,7 +116,9 @@ async def stream_events(call: Call) -> web.StreamResponse:
         retry_ms=settings.retry_ms,
         ping_interval=settings.ping_interval,
     )
-    return await registry.serve(stream)
+    session = call.request.get(SESSION)
+    left = app[CREDENTIALS].max_age(session) if session is not None else None
+    return await registry.serve(stream, session_left=left)
 
 
 ROUTES = [
