@@ -110,6 +110,7 @@ def subscribe(
         path = st.state_path(directory)
         previous = st.read_state(path)
         after = _resume_revision(previous, board.url)
+        replay = _pending_wakes(previous, board.url)
         configure_logging(sys.stderr, level=logging.DEBUG if verbose else logging.INFO)
         publisher = st.Publisher(
             path,
@@ -126,6 +127,7 @@ def subscribe(
                 publisher,
                 timing=timing,
                 after=after,
+                replay=replay,
             )
             return await subscriber.run_until_signalled()
 
@@ -176,6 +178,19 @@ def _resume_revision(previous: dict[str, Any] | None, board_url: str) -> int | N
         if isinstance(revision, int) and not isinstance(revision, bool) and revision >= 0:
             return revision
     return None
+
+
+#: The most wake names taken from a previous run's state file (the event and signal names are
+#: a few dozen; more is a file someone else wrote).
+MOST_REPLAYED_WAKES = 64
+
+
+def _pending_wakes(previous: dict[str, Any] | None, board_url: str) -> tuple[str, ...]:
+    """The wakes a previous run on the same board had waiting, or in a turn, when it stopped."""
+    if not previous or previous.get("board") != board_url or not isinstance(previous.get("pending_wakes"), list):
+        return ()
+    names = [name for name in previous["pending_wakes"] if isinstance(name, str) and 0 < len(name) <= 64]
+    return tuple(dict.fromkeys(names))[:MOST_REPLAYED_WAKES]
 
 
 def hub_stream(

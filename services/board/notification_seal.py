@@ -39,7 +39,7 @@ class NotificationSeal:
         self._outer = bytes(byte ^ 0x5C for byte in padded)
 
     def _mac(self, payload: str) -> str:
-        return hmac.new(self._key, payload.encode(), hashlib.sha256).hexdigest()
+        return hmac.new(self._key, payload.encode(errors="surrogatepass"), hashlib.sha256).hexdigest()
 
     def seal(self, payload: str) -> str:
         """``<hmac> <payload>``."""
@@ -48,7 +48,10 @@ class NotificationSeal:
     def open(self, sealed: str) -> str | None:
         """The payload of a sealed notification, or None when its seal is not this key's."""
         mac, separator, payload = sealed.partition(" ")
-        if not separator or not hmac.compare_digest(mac, self._mac(payload)):
+        # Compared as bytes: ``compare_digest`` refuses ``str`` with non-ASCII characters, which
+        # anyone who can notify may send.
+        given = mac.encode(errors="surrogatepass")
+        if not separator or not hmac.compare_digest(given, self._mac(payload).encode()):
             return None
         return payload
 

@@ -763,25 +763,10 @@ class PostgresStore(WriterStore):
                 listened = True
                 while not self._listen_stop.is_set():
                     for note in conn.notifies(timeout=LISTEN_WAKE_S):
-                        if note.channel == TOKEN_CHANNEL:
-                            self._hand_over(0, token=True)  # only a cue: the token is read from the database
-                            continue
-                        payload = seal.open(note.payload)
-                        if payload is None:
-                            log.warning("notification_unsealed", channel=note.channel, size=len(note.payload))
-                        elif note.channel == LOG_CHANNEL:
-                            self._hand_over(int(payload) if payload.isdigit() else 0)
-                        elif note.channel == FRAMES_CHANNEL:
-                            self._take_frames(payload)
-                        elif note.channel == WANT_CHANNEL:
-                            if payload == WANT_ASK:
-                                self._said_wanted = None
-                            elif payload != self.origin:
-                                self._frames_wanted_until = time.monotonic() + WANT_LEASE_S
-                        elif note.channel == PEER_CHANNEL:
-                            body = self._fresh_peer_note(payload)
-                            if body is not None:
-                                self._hand_over(0, peer=body)
+                        try:
+                            self._take_note(note, seal)
+                        except Exception:  # noqa: BLE001 - one notification, whoever sent it, must not end the listener
+                            log.exception("notification_failed", channel=note.channel, size=len(note.payload))
                     self._say_wanted(conn, seal)
             except psycopg.Error as exc:
                 if not self._listen_stop.is_set():
@@ -791,6 +776,28 @@ class PostgresStore(WriterStore):
                 self._listen_conn = None
                 with contextlib.suppress(Exception):
                     conn.close()
+
+    def _take_note(self, note: psycopg.Notify, seal: NotificationSeal) -> None:
+        """One notification, on the LISTEN thread: anyone who can log in may have sent it."""
+        if note.channel == TOKEN_CHANNEL:
+            self._hand_over(0, token=True)  # only a cue: the token is read from the database
+            return
+        payload = seal.open(note.payload)
+        if payload is None:
+            log.warning("notification_unsealed", channel=note.channel, size=len(note.payload))
+        elif note.channel == LOG_CHANNEL:
+            self._hand_over(int(payload) if payload.isascii() and payload.isdigit() else 0)
+        elif note.channel == FRAMES_CHANNEL:
+            self._take_frames(payload)
+        elif note.channel == WANT_CHANNEL:
+            if payload == WANT_ASK:
+                self._said_wanted = None
+            elif payload != self.origin:
+                self._frames_wanted_until = time.monotonic() + WANT_LEASE_S
+        elif note.channel == PEER_CHANNEL:
+            body = self._fresh_peer_note(payload)
+            if body is not None:
+                self._hand_over(0, peer=body)
 
     def _fresh_peer_note(self, payload: str) -> str | None:
         """The note of another process's ``<origin> <head> <serial> <note>`` heard for the first

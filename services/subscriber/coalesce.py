@@ -68,6 +68,11 @@ class Coalescer:
         """True while a batch waits for a turn."""
         return self._first_at is not None
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The wake names of the batch waiting for a turn, oldest first."""
+        return tuple(self._events)
+
     def add(self, now: float, revision: int, event: str) -> None:
         """Record a wake-worthy event seen at ``now``."""
         if self._first_at is None:

@@ -76,6 +76,7 @@ class Subscriber:
         *,
         timing: Timing = Timing(),
         after: int | None = None,
+        replay: tuple[str, ...] = (),
     ) -> None:
         self._open = open_stream
         self.who = who
@@ -105,6 +106,13 @@ class Subscriber:
         #: The cursor from before the oldest wake not yet served by a turn: a stop with a wake
         #: pending publishes this, so a restart replays that wake instead of losing it.
         self._floor: int | None = None
+        #: The floor of the wakes the running turn serves: a kill before it ends replays them.
+        self._serving_floor: int | None = None
+        self._serving: tuple[str, ...] = ()
+        #: Wake names a previous run had waiting or in a running turn when it stopped (or was
+        #: killed): queued again at start, as replaying from ``resume_after`` cannot bring back a
+        #: wake from a signal, which has no revision.
+        self._replay = replay
         self._clock = asyncio.get_running_loop().time
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -140,6 +148,9 @@ class Subscriber:
                                  turns=dict(self.counts), reconnects=0, last_wake_at=None, last_turn=None,
                                  waiting_for=waiting)
         log.info("subscriber_starting", agents=sorted(self.who.agents), director=self.who.director, after=self.cursor)
+        for name in self._replay:
+            log.info("wake", name=name, reason="pending_at_last_stop")
+            self._add_wake(self.cursor or 0, name)
         if waiting is not None:
             # Said once at start, in words: otherwise the first sign is a skipped turn a minute later.
             log.warning("waiting_for_resident_pool", file=waiting["file"], reason=waiting["reason"],
@@ -163,10 +174,12 @@ class Subscriber:
                 task.cancel()
             await asyncio.gather(driver, flusher, stopper, return_exceptions=True)
             resume = self.cursor
-            if self.coalescer.pending and self._floor is not None:
-                resume = min(self._floor, self.cursor if self.cursor is not None else self._floor)
+            kept = self._resume_after()
+            if kept is not None:
+                resume = min(kept, self.cursor if self.cursor is not None else kept)
                 log.info("pending_wake_kept", resume_after=resume, reason="stopping")
-            self.publisher.set_state(STOPPED, revision=resume, pending=self.coalescer.pending, stopped_at=utc_now())
+            self.publisher.set_state(STOPPED, revision=resume, pending=self.coalescer.pending, stopped_at=utc_now(),
+                                     resume_after=kept, pending_wakes=self._pending_names())
             log.info("subscriber_stopped", revision=resume, turns=self.counts)
         return code
 
@@ -328,14 +341,24 @@ class Subscriber:
         if self.cursor is not None:
             self._floor = self.cursor if self._floor is None else min(self._floor, self.cursor)
         self.coalescer.add(self._clock(), revision, name)
-        self.publisher.update(pending=True, resume_after=self._resume_after())
+        self._publish_pending()
         self._changed.set()
 
     def _resume_after(self) -> int | None:
-        """Where a restart must resume while a wake waits for its turn: below that wake's event,
-        so a subscriber killed now (SIGKILL, the OOM killer, a host reset: no clean stop to say
-        so) replays it rather than resuming past it. None when nothing waits."""
-        return self._floor if self.coalescer.pending else None
+        """Where a restart must resume while a wake waits for its turn or is being served by one:
+        below that wake's event, so a subscriber killed now (SIGKILL, the OOM killer, a host
+        reset: no clean stop to say so) replays it rather than resuming past it. None when none."""
+        floors = [self._serving_floor, self._floor if self.coalescer.pending else None]
+        return min((floor for floor in floors if floor is not None), default=None)
+
+    def _pending_names(self) -> list[str]:
+        """The names of the wakes a restart must queue again: those of the running turn, then
+        those waiting (each once)."""
+        return list(dict.fromkeys((*self._serving, *self.coalescer.names)))
+
+    def _publish_pending(self) -> None:
+        self.publisher.update(pending=self.coalescer.pending, resume_after=self._resume_after(),
+                              pending_wakes=self._pending_names())
 
     # -- turns --------------------------------------------------------------------------------
 
@@ -353,6 +376,9 @@ class Subscriber:
             turn = self.coalescer.take(now)
             if turn is None:
                 continue
+            # The taken wakes are this turn's now: the floor of the waiting ones starts afresh.
+            self._serving_floor, self._floor, self._serving = self._floor, None, turn.events
+            self._publish_pending()
             self._turn_idle.clear()
             try:
                 result = await self.turns.run(turn, on_start=self._turn_started)
@@ -380,8 +406,11 @@ class Subscriber:
         else:
             self.coalescer.turn_skipped(now, turn)
             log.info("turn_skipped", revision=turn.revision, events=list(turn.events), reason=result.reason)
-        if not self.coalescer.pending:
-            self._floor = None  # every queued wake has had its turn (or was skipped for want of a pool)
+        if result.outcome == REFUSED and self._serving_floor is not None:
+            # Put back with its wakes: the refused turn's floor is the older.
+            self._floor = self._serving_floor if self._floor is None else min(self._floor, self._serving_floor)
+        self._serving_floor, self._serving = None, ()
+        self._publish_pending()
         self.publisher.update(
             waiting_for=waiting_for(self.turns.state_dir),
             turns=dict(self.counts),
