@@ -105,6 +105,9 @@ class Session:
     nonce: str
     issued: int
     seen: int
+    #: The token generation that signed it (``Credentials.generation``): a rotation while a request
+    #: is under way must not renew its cookie under the new token.
+    generation: int = 0
 
 
 class Credentials:
@@ -121,6 +124,8 @@ class Credentials:
     ) -> None:
         self._token = token
         self._codes: dict[str, float] = {}
+        #: Counts token replacements in this process: which token a ``Session`` was checked with.
+        self.generation = 0
         self.idle_seconds = idle_seconds
         self.absolute_seconds = absolute_seconds
         #: Wall-clock seconds: a session's times must mean the same after a restart. Tests replace it.
@@ -143,6 +148,7 @@ class Credentials:
     def replace_token(self, token: str) -> None:
         self._token = token
         self._codes.clear()
+        self.generation += 1
 
     def check_bearer(self, header: str | None) -> bool:
         if not header:
@@ -183,13 +189,13 @@ class Credentials:
         now = self.clock()
         if now >= issued + self.absolute_seconds or now >= seen + self.idle_seconds or nonce in self._revoked:
             return None
-        return Session(nonce, issued, seen)
+        return Session(nonce, issued, seen, self.generation)
 
     def renewal(self, session: Session) -> str | None:
         """A re-issued cookie with ``seen`` = now, when the one in use is due (the sliding part)."""
         now = int(self.clock())
-        if now - session.seen < min(RENEW_AFTER, self.idle_seconds / 4):
-            return None
+        if session.generation != self.generation or now - session.seen < min(RENEW_AFTER, self.idle_seconds / 4):
+            return None  # checked under a token rotated since: signing it anew would outlive the rotation
         return self._cookie(session.nonce, session.issued, now)
 
     def max_age(self, session: Session) -> int:

@@ -35,13 +35,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from shared import limits
 from shared.errors import TaskloomError, validation
 
-from .commands.attachments import blob_path, write_blob
+from .commands.attachments import blob_holds, blob_path, write_blob
+from .compaction import ARCHIVE_DIR
 from .files import ensure_private_dir, fsync_file, move_atomic
-from .sqlite_store import SQLITE_MAGIC, migrate, verify_triggers
+from .sqlite_store import SQLITE_MAGIC, header_user_version, migrate, schema_version, verify_triggers
 from .store import utc_now
+
+log = structlog.get_logger("taskd.backup")
 
 
 @dataclass(frozen=True)
@@ -187,8 +192,9 @@ def _carried_blobs(conn: sqlite3.Connection, source: Path) -> int | None:
 
 
 def _write_blobs(source: Path, attachments_dir: Path) -> list[Path]:
-    """Write the checked blobs of ``source`` into ``attachments_dir``; returns the files created
-    (a blob already there is the same bytes, content-addressed, and is kept)."""
+    """Write the checked blobs of ``source`` into ``attachments_dir``; returns the files created.
+    A blob already there is kept when it holds its digest's bytes, and replaced by the backup's
+    when it does not (bit rot: the very case a restore is for)."""
     ensure_private_dir(attachments_dir)
     created: list[Path] = []
     conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
@@ -196,12 +202,14 @@ def _write_blobs(source: Path, attachments_dir: Path) -> list[Path]:
         try:
             for sha256, content in conn.execute(f"SELECT sha256, content FROM {BLOBS_TABLE}"):
                 path = blob_path(attachments_dir, sha256)
-                if path.is_file():
+                there = path.is_file()
+                if there and blob_holds(path, sha256):
                     continue
                 if hashlib.sha256(content).hexdigest() != sha256:  # the file changed since it was checked
                     raise RestoreRefused(f"{source} changed while it was restored (blob {sha256})")
                 write_blob(attachments_dir, content, sha256)
-                created.append(path)
+                if not there:
+                    created.append(path)
         except BaseException:
             for path in created:
                 path.unlink(missing_ok=True)
@@ -219,6 +227,13 @@ def _check_backup(source: Path) -> int | None:
         raise RestoreRefused(f"cannot read {source}: {exc.strerror}") from None
     if magic != SQLITE_MAGIC:
         raise RestoreRefused(f"{source} is not an SQLite database")
+    version = header_user_version(source)
+    if version is not None and version > schema_version():
+        # Named here, before anything is copied: the copy's temp file would be all a later refusal names.
+        raise RestoreRefused(
+            f"{source} is a backup of schema version {version}, newer than this Taskloom understands "
+            f"({schema_version()}); restore it with that Taskloom or a newer one"
+        )
     conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
     try:
         checked = conn.execute("PRAGMA integrity_check").fetchone()[0]
@@ -278,7 +293,9 @@ def restore(source: Path, data_dir: Path) -> RestoreResult:
             # Last before the database: every check has passed, and the blobs a board names must
             # be on disk before the board is.
             created = _write_blobs(source, data_dir / "attachments")
-        replaced = _set_aside(database)
+        stamp = utc_now().replace(":", "").replace(".", "")
+        replaced = _set_aside(database, stamp)
+        _set_aside_archive(data_dir, stamp)
         move_atomic(incoming, database)
     except BaseException:
         for leftover in (incoming, Path(f"{incoming}-wal"), Path(f"{incoming}-shm"), *created):
@@ -298,22 +315,41 @@ def _drop_blobs(incoming: Path) -> None:
         conn.close()
 
 
-def _set_aside(database: Path) -> Path | None:
+def _set_aside_archive(data_dir: Path, stamp: str) -> None:
+    """Retention's archive files go with the history they were cut from, beside the database
+    kept (``archive.replaced-<time>``): named only by revision range, they would be taken for a
+    killed compaction's leftovers by the restored board's first compaction, which removes those."""
+    archive = data_dir / ARCHIVE_DIR
+    if not archive.is_dir():
+        return
+    move_atomic(archive, data_dir / f"{ARCHIVE_DIR}.replaced-{stamp}")
+
+
+def _set_aside(database: Path, stamp: str) -> Path | None:
     """Keep the database being replaced as ``board.sqlite.replaced-<time>``, its WAL folded in
     first: a stale ``-wal`` left beside the restored file would be replayed into it."""
     if not database.exists():
         for suffix in ("-wal", "-shm"):
             Path(f"{database}{suffix}").unlink(missing_ok=True)
         return None
-    conn = sqlite3.connect(database, isolation_level=None)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.execute("PRAGMA journal_mode = DELETE")
-    finally:
-        conn.close()
-    for suffix in ("-wal", "-shm"):
-        Path(f"{database}{suffix}").unlink(missing_ok=True)
-    stamp = utc_now().replace(":", "").replace(".", "")
     kept = database.with_name(f"board.sqlite.replaced-{stamp}")
+    try:
+        conn = sqlite3.connect(database, isolation_level=None)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute("PRAGMA journal_mode = DELETE")
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        # Damaged (torn, overwritten): the very case a restore is for. Nothing can be folded in;
+        # the file and its WAL are kept as they are, side by side, for whoever wants to look.
+        log.warning("restore_replaces_damaged_database", database=str(database), error=str(exc), kept=str(kept))
+        for suffix in ("-wal", "-shm"):
+            beside = Path(f"{database}{suffix}")
+            if beside.exists():
+                move_atomic(beside, Path(f"{kept}{suffix}"))
+    else:
+        for suffix in ("-wal", "-shm"):
+            Path(f"{database}{suffix}").unlink(missing_ok=True)
     move_atomic(database, kept)
     return kept

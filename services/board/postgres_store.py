@@ -52,6 +52,7 @@ from .store import (
     PEER_GAP,
     READER_THREADS,
     ROWS_AFTER_SQL,
+    STREAMING_READER_THREADS,
     Actor,
     BatchFrames,
     Handed,
@@ -474,7 +475,7 @@ class PostgresStore(WriterStore):
         self._pool = ConnectionPool(
             self.url,
             min_size=1,
-            max_size=READER_THREADS + 2,
+            max_size=READER_THREADS + STREAMING_READER_THREADS + 2,
             open=False,
             timeout=READ_TIMEOUT_S,
             kwargs={"connect_timeout": CONNECT_TIMEOUT_S},

@@ -43,6 +43,10 @@ T = TypeVar("T")
 log = structlog.get_logger("taskd.store")
 
 READER_THREADS = 2
+#: Threads for reads that last as long as a client keeps reading (a state export streamed to a
+#: slow client): apart from ``READER_THREADS``, so they never hold the reads every request needs.
+#: More such reads at once wait for one of these.
+STREAMING_READER_THREADS = 2
 #: Most commands one transaction carries; a longer queue is served in several batches, in order.
 MAX_BATCH: Final = 64
 
@@ -396,6 +400,8 @@ class WriterStore:
         self._writer_lock = threading.Lock()
         self._closed = False
         self._readers = ThreadPoolExecutor(max_workers=READER_THREADS, thread_name_prefix="taskloom-reader")
+        self._streaming_readers = ThreadPoolExecutor(max_workers=STREAMING_READER_THREADS,
+                                                     thread_name_prefix="taskloom-streaming-reader")
         self._listeners: list[CommitListener] = []
         self._effects_listeners: list[EffectsListener] = []
         #: Set by the board's conditions engine where ``serves_peers``; see ``PeerEffects``.
@@ -496,6 +502,7 @@ class WriterStore:
             self._queue.put(_STOP)
             writer.join()
         self._readers.shutdown(wait=True)
+        self._streaming_readers.shutdown(wait=True)
         self._close_connections()
 
     def add_commit_listener(self, listener: CommitListener) -> None:
@@ -561,6 +568,12 @@ class WriterStore:
     async def query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, functools.partial(self.run_query, fn, *args, **kwargs))
+
+    async def streaming_query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``query`` for a read that hands its rows to a client as it goes and lasts as long as the
+        client takes (``STREAMING_READER_THREADS``)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._streaming_readers, functools.partial(self.run_query, fn, *args, **kwargs))
 
     # -- the writer thread ----------------------------------------------------------------------
 

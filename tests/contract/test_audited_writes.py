@@ -31,7 +31,7 @@ EXEMPT_HELPERS: dict[tuple[str, str], str] = {
         "the actor dictionary moves with the task row whose `dictionaries` names the actor",
     ("services/board/commands/attachments.py", "purge_blob"):
         "the bytes of a PostgreSQL board go after the attachment_removed/attachment_updated row that released them",
-    ("services/board/commands/attachments.py", "_ensure_blob"):
+    ("services/board/commands/attachments.py", "ensure_blob"):
         "the bytes of a PostgreSQL board move with the attachment_added/attachment_updated row naming their digest",
     ("services/board/commands/common.py", "set_status"):
         "the status column moves with the caller's task_moved/task_claimed/task_reopened/... row",

@@ -18,10 +18,12 @@ import errno
 import hashlib
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+import structlog
 
 from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
@@ -30,8 +32,10 @@ from ..dialect import Connection, dialect_of
 from ..files import write_atomic
 from ..queries.attachments import attachment_to_dict, get_attachment, require_attachment
 from ..queries.tasks import require_task
-from ..store import Tx
+from ..store import SYSTEM_ACTOR, Tx, WriterStore
 from .common import load_task, new_id, refuse_archived
+
+log = structlog.get_logger("taskd.attachments")
 
 FILENAME_MAX_CHARS = limits.FILENAME_MAX_CHARS
 CONTENT_TYPE_MAX_CHARS = limits.CONTENT_TYPE_MAX_CHARS
@@ -116,12 +120,28 @@ def store_unavailable(exc: OSError) -> TaskloomError:
     )
 
 
+def blob_holds(path: Path, sha256: str) -> bool:
+    """Whether the file at ``path`` is there and holds the bytes of digest ``sha256``."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as file:
+            while chunk := file.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return False
+    return digest.hexdigest() == sha256
+
+
 def write_blob(root: Path, data: bytes, sha256: str | None = None) -> str:
-    """Store ``data`` under its digest (atomically; a blob already there is kept); returns the digest."""
+    """Store ``data`` under its digest (atomically); returns the digest. A file already there is
+    kept when it holds those bytes, and replaced when it does not (a leftover, a damaged copy):
+    content-addressed means the name promises the bytes."""
     sha256 = sha256 or hashlib.sha256(data).hexdigest()
     path = blob_path(root, sha256)
     if path.is_file():
-        return sha256
+        if blob_holds(path, sha256):
+            return sha256
+        log.warning("blob_replaced", sha256=sha256, reason="the file did not hold its digest's bytes")
     with _BLOB_WRITES:
         created = _missing_directories(path.parent)
         try:
@@ -168,6 +188,20 @@ def pin_blobs(root: Path) -> Iterator[BlobPin]:
                 pin.deferred = sorted(skipped)
 
 
+@contextlib.asynccontextmanager
+async def blobs_held(store: WriterStore, root: Path) -> AsyncIterator[None]:
+    """``pin_blobs`` for a reader of a snapshot that names blobs (a backup, a state export),
+    from before its snapshot until it ends; the purges held back meanwhile run afterwards, on the
+    writer thread as always."""
+    pin: BlobPin | None = None
+    try:
+        with pin_blobs(root) as pin:
+            yield
+    finally:
+        for sha256 in pin.deferred if pin is not None else ():
+            await store.command(purge_blob, SYSTEM_ACTOR, sha256, root)
+
+
 def _unlink_unless_pinned(root: Path, sha256: str) -> None:
     with _PINS_LOCK:
         pinned = _PINS.get(root)
@@ -204,7 +238,8 @@ def content_disposition(filename: str) -> str:
 # -- commands -----------------------------------------------------------------------------------
 
 
-def _ensure_blob(tx: Tx, root: Path, sha256: str, data: bytes) -> None:
+def ensure_blob(tx: Tx, root: Path, sha256: str, data: bytes) -> None:
+    """The bytes of a row this transaction writes are there when it commits, on either engine."""
     if blobs_in_database(tx):
         # Every board process serves the same blobs: the bytes are a row, written with the row naming them.
         tx.execute(
@@ -230,7 +265,7 @@ def add_attachment(
     refuse_archived(task)
     check_filename(filename)
     check_size(data)
-    _ensure_blob(tx, root, sha256, data)
+    ensure_blob(tx, root, sha256, data)
     attachment_id = new_id()
     tx.execute(
         "INSERT INTO attachments (id, task_id, filename, content_type, size, sha256, created_at, updated_at)"
@@ -266,7 +301,7 @@ def replace_attachment(
     content_type = content_type or row["content_type"]
     if (sha256, filename, content_type) == (row["sha256"], row["filename"], row["content_type"]):
         return attachment_to_dict(row), None  # the same bytes again are not a change
-    _ensure_blob(tx, root, sha256, data)
+    ensure_blob(tx, root, sha256, data)
     tx.execute(
         "UPDATE attachments SET filename = ?, content_type = ?, size = ?, sha256 = ?, updated_at = ? WHERE id = ?",
         (filename, content_type, len(data), sha256, tx.now, attachment_id),

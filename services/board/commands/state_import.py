@@ -16,6 +16,7 @@ import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -26,7 +27,7 @@ from shared.json_bounds import check_free_form
 
 from ..queries.state import END_KIND, KIND_BY_NAME, KINDS, STATE_KIND, STATE_VERSION, Kind
 from ..store import Actor, Tx
-from .attachments import blobs_in_database
+from .attachments import ensure_blob
 
 #: Who writes the import's one activity row.
 IMPORTER: Final = Actor("system", "state-import")
@@ -274,17 +275,14 @@ def _insert(tx: Tx, kind: Kind, rows: list[dict[str, Any]]) -> None:
         ))
 
 
-def import_state(tx: Tx, state: ParsedState) -> dict[str, Any]:
-    """Insert a parsed export in this one transaction. On SQLite the blobs are already on disk;
-    a database that keeps them (PostgreSQL) gets them here, so a refused import leaves none."""
+def import_state(tx: Tx, state: ParsedState, root: Path) -> dict[str, Any]:
+    """Insert a parsed export in this one transaction. On SQLite the blobs are already on disk
+    (``root``), written before it, and checked again here: a refused import running beside this one
+    may have removed one meanwhile. A database that keeps them (PostgreSQL) gets them here, so a
+    refused import leaves none."""
     require_empty(tx)
-    if blobs_in_database(tx):
-        for sha256, blob in state.blobs.items():
-            tx.execute(
-                "INSERT INTO attachment_blobs (sha256, content, created_at) VALUES (?, ?, ?)"
-                " ON CONFLICT (sha256) DO NOTHING",
-                (sha256, blob, tx.now),
-            )
+    for sha256, blob in state.blobs.items():
+        ensure_blob(tx, root, sha256, blob)
     for kind in KINDS:
         _insert(tx, kind, state.rows[kind.name])
     counts = state.counts()

@@ -26,7 +26,7 @@ from ..client_stream import TOKEN_ROTATED
 from ..commands import attachments
 from ..keys import CREDENTIALS, STREAMS
 from ..queries import activities
-from ..store import SYSTEM_ACTOR, SharedSecrets
+from ..store import SharedSecrets
 
 log = structlog.get_logger("taskd")
 #: When this process started serving, for the status answer's uptime.
@@ -109,12 +109,8 @@ async def take_backup(call: Call) -> Any:
     loop = asyncio.get_running_loop()
     root = call.settings.attachments_dir
     # Pinned from before the snapshot: a blob it names stays on disk until the copy holds it.
-    try:
-        with attachments.pin_blobs(root) as pin:
-            result = await loop.run_in_executor(None, backup.backup, call.settings.database_path, target, root)
-    finally:
-        for sha256 in pin.deferred:  # the purges held back, on the writer thread as always
-            await call.store.command(attachments.purge_blob, SYSTEM_ACTOR, sha256, root)
+    async with attachments.blobs_held(call.store, root):
+        result = await loop.run_in_executor(None, backup.backup, call.settings.database_path, target, root)
     log.info("backup_taken", actor=f"{actor.kind}:{actor.id}", path=str(result.path), revision=result.revision,
              seconds=round(result.seconds, 3))
     return {"path": str(result.path), "board_id": result.board_id, "revision": result.revision,

@@ -90,11 +90,18 @@ async def export_state(call: Call) -> web.StreamResponse:
         head.content_type = NDJSON
         head.charset = "utf-8"
         return head
+    # A blob the snapshot names stays on disk until the export has read it, as for a backup:
+    # a removal committed meanwhile would otherwise unlink it from under the export.
+    async with attachments.blobs_held(call.store, call.settings.attachments_dir):
+        return await _export(call)
+
+
+async def _export(call: Call) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     chunks: queue.Queue[Any] = queue.Queue(maxsize=QUEUED_CHUNKS)
     gone = threading.Event()
     reading = asyncio.ensure_future(
-        call.store.query(_producer(chunks, gone, utc_now(), call.settings.attachments_dir, call.store.blobs_in_database))
+        call.store.streaming_query(_producer(chunks, gone, utc_now(), call.settings.attachments_dir, call.store.blobs_in_database))
     )
     try:
         first = await loop.run_in_executor(None, chunks.get)
@@ -141,7 +148,7 @@ async def import_state_route(call: Call) -> Any:
         # Before the transaction, as for an upload: a blob without a row is harmless, the reverse is not.
         await loop.run_in_executor(None, attachments.write_blob, root, parsed.blobs[sha256], sha256)
     try:
-        result = await call.store.command(state_import.import_state, state_import.IMPORTER, parsed)
+        result = await call.store.command(state_import.import_state, state_import.IMPORTER, parsed, root)
     except Exception:
         # Refused by the database (a CHECK, a trigger) or lost: a refused import writes nothing, so
         # the bytes go again, each on the writer thread, where no row can name it meanwhile.
