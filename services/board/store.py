@@ -248,9 +248,10 @@ PeerListener = Callable[[str], None]
 #: Told to the peer listeners instead of a note when this process may have missed some: its
 #: listening connection was lost and is back (a notification reaches only who listens at COMMIT).
 PEER_GAP: Final = ""
-#: The most one such string may hold: PostgreSQL refuses a notification of 8,000 bytes or more
-#: (the sender's name, 13 bytes, and the seal, 65, go in front of it).
-PEER_NOTE_BYTES: Final = 7900
+#: The most one such string may hold: PostgreSQL refuses a notification of 8,000 bytes or more.
+#: In front of it go the seal (65 bytes), the sender's name (13) and the head and serial the
+#: receiver checks for freshness (up to 20 digits each, with their spaces): 7,860 + 120 < 8,000.
+PEER_NOTE_BYTES: Final = 7860
 
 
 class BatchHandoff(Protocol):
