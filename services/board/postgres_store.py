@@ -100,6 +100,9 @@ WANT_LEASE_S: Final = 3 * WANT_EVERY_S
 WANT_ASK: Final = "?"
 #: How long connecting may take before the server counts as unreachable, seconds.
 CONNECT_TIMEOUT_S: Final = 5
+#: How long a writing batch waits for the revision lock before its commands answer 503 (as
+#: ``sqlite_store.BUSY_TIMEOUT_MS`` on SQLite), milliseconds.
+LOCK_TIMEOUT_MS: Final = 5000
 #: How long a read waits for a pool connection before answering 503, seconds.
 READ_TIMEOUT_S: Final = 5.0
 #: The log reader's safety poll: notifications wake it; this catches anything they could miss.
@@ -371,7 +374,7 @@ def migrate(url: str) -> None:
 #: SQLSTATE classes that mean "the database cannot be used right now", not "this request is wrong":
 #: 08 connection exception, 53 insufficient resources, 57 operator intervention (shutdown), 40
 #: serialisation failure / deadlock (the transaction is lost, a retry succeeds), 55P03 lock not available.
-_UNAVAILABLE_CLASSES: Final = ("08", "53", "57", "40", "58")
+_UNAVAILABLE_CLASSES: Final = ("08", "53", "57", "40", "58", "55P03")
 
 
 #: What to look at when the server keeps refusing (the hint of every 503 a PostgreSQL board gives).
@@ -528,7 +531,14 @@ class PostgresStore(WriterStore):
         # deadlock) and before any savepoint in ``then``: a lock taken inside a savepoint would go
         # with a rollback to it. One round trip: a script without parameters goes as one simple
         # query; its cursor starts at BEGIN's result, the lock's row is the next one.
-        cursor = conn.script("; ".join(("BEGIN", "SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE", *then)))
+        # ``lock_timeout``: a lock held elsewhere (another process's long batch, a stuck psql
+        # session) makes this batch 503 after that long, as SQLite's busy timeout does, rather than
+        # leave every write of this process waiting without end.
+        cursor = conn.script("; ".join((
+            "BEGIN", f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'",
+            "SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE", *then,
+        )))
+        cursor.nextset()
         cursor.nextset()
         row = cursor.fetchone()
         assert row is not None, "the schema has exactly one global_revision row"
@@ -673,7 +683,13 @@ class PostgresStore(WriterStore):
         drop_prefix: str | None = None,
     ) -> str:
         conflict = "DO NOTHING" if only_if_absent else "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at"
-        conn = self._own_conn()
+        return self._on_own_conn(functools.partial(
+            self._write_secret, key, value, conflict, notify_token=notify_token, drop_prefix=drop_prefix,
+        ))
+
+    def _write_secret(
+        self, key: str, value: str, conflict: str, conn: PgConnection, *, notify_token: bool, drop_prefix: str | None,
+    ) -> str:
         with conn.raw.transaction():
             conn.execute(
                 f"INSERT INTO board_secrets (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) {conflict}",
@@ -688,9 +704,28 @@ class PostgresStore(WriterStore):
         return str(stored[0])
 
     def take_secret(self, key: str) -> str | None:
-        conn = self._own_conn()
-        row = conn.execute("DELETE FROM board_secrets WHERE key = ? RETURNING value", (key,)).fetchone()
+        row = self._on_own_conn(
+            lambda conn: conn.execute("DELETE FROM board_secrets WHERE key = ? RETURNING value", (key,)).fetchone()
+        )
         return None if row is None else str(row[0])
+
+    def _on_own_conn(self, fn: Callable[[PgConnection], T]) -> T:
+        """``fn`` on this thread's own connection, once more on a fresh one if the session was
+        gone (a server restarted, a backend terminated); a server that cannot be used is 503, as
+        for every other statement, never a 500."""
+        for attempt in range(2):
+            try:
+                conn = self._own_conn()
+                try:
+                    return fn(conn)
+                except psycopg.OperationalError as exc:
+                    if attempt == 0 and _connection_lost(conn.raw, exc):
+                        conn.raw.close()
+                        continue
+                    raise
+            except (psycopg.OperationalError, psycopg.InterfaceError, StoreUnreachable) as exc:
+                raise unavailable(exc) from exc
+        raise AssertionError("every attempt returns or raises")
 
     def secrets_with_prefix(self, prefix: str) -> dict[str, str]:
         rows = self.run_query(
@@ -699,14 +734,12 @@ class PostgresStore(WriterStore):
         return {str(row[0]): str(row[1]) for row in rows}
 
     def drop_expired_secrets(self, prefix: str, now: float, *, at_most: int) -> int:
-        conn = self._own_conn()
         # The key's C collation lets the primary key answer the prefix; LIMIT bounds the work.
-        deleted = conn.execute(
+        return self._on_own_conn(lambda conn: int(conn.execute(
             "DELETE FROM board_secrets WHERE key IN (SELECT key FROM board_secrets"
             " WHERE key LIKE ? AND CAST(value AS BIGINT) <= ? LIMIT ?)",
             (f"{prefix}%", now, at_most),
-        ).rowcount
-        return int(deleted)
+        ).rowcount))
 
     def add_token_listener(self, listener: TokenListener) -> None:
         """Called on the event loop when any process rotates the board token."""

@@ -627,11 +627,16 @@ class WriterStore:
         self.batched_commands += len(batch)
         # A lone command needs no savepoint: its refusal rolls back the transaction itself.
         savepoints = len(batch) > 1
+        conn = None
         try:
             conn = self._writer_conn()
             locked_at = self._begin(conn, *(("SAVEPOINT command",) if savepoints else ()))
         except self.driver_error as exc:
-            # Another process holds the write lock past busy_timeout, or the file is unusable.
+            # Another process holds the write lock past its timeout, or the database is unusable.
+            # A BEGIN that got as far as opening the transaction leaves it open (on PostgreSQL,
+            # aborted): rolled back here, or every later batch would fail inside it.
+            if conn is not None:
+                self._abandon(conn)
             for job in batch:
                 job.lose(self._lost(exc))
             return 0
