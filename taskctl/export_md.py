@@ -44,10 +44,20 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def _read(path: Path) -> bytes | None:
+    """The brief at ``path`` as it is, None when there is none; something there that is not a
+    brief file (a directory, a FIFO that would block the read for ever) is refused, naming it."""
+    from services.hub.briefs import path_problem
+
+    problem = path_problem(str(path))
+    if problem is not None:
+        raise TaskctlError("VALIDATION_FAILED", problem, details={"path": str(path)},
+                           hint="move it away, or export into another directory")
     try:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise TaskctlError("VALIDATION_FAILED", f"cannot read {path}: {exc.strerror}", details={"path": str(path)}) from None
 
 
 class _NoProgress:

@@ -63,6 +63,26 @@ def _connection(url: str, timeout: float) -> http.client.HTTPConnection:
     return http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
 
 
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """Whether a kept-alive connection was closed by the board meanwhile (a restart): readable
+    while no request is out means its end of file (or a reset) is waiting. Checked before reuse,
+    so a write is never sent on a connection that cannot carry it."""
+    import select
+
+    sock = conn.sock
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+class NotSent(OSError):
+    """The board could not be reached at all (no connection): nothing of the request went out."""
+
+
 def _unreachable() -> tuple[type[Exception], ...]:
     """What a failed exchange with the board raises: the socket's errors and the HTTP protocol's."""
     import http.client
@@ -192,7 +212,9 @@ class BoardHttp:
                 raise TaskctlError(
                     "BOARD_UNREACHABLE",
                     f"cannot reach the board at {self.board.url}: {exc}",
-                    details={"url": self.board.url},
+                    # ``sent``: whether any of the request may have reached a board (a caller may
+                    # send a write again elsewhere only when it cannot have).
+                    details={"url": self.board.url, "sent": not isinstance(exc, NotSent)},
                     hint="is it running? start it with `taskd serve`, or name another with --url / TASKLOOM_URL",
                 ) from None
         raise AssertionError("unreachable")
@@ -205,8 +227,16 @@ class BoardHttp:
         headers: dict[str, str],
         progress: Callable[[int], None] | None,
     ) -> Reply:
+        if self._conn is not None and _dropped(self._conn):
+            self.close()
         if self._conn is None:
-            self._conn = _connection(self.board.url, self.timeout)
+            fresh = _connection(self.board.url, self.timeout)
+            try:
+                fresh.connect()
+            except OSError as exc:
+                fresh.close()
+                raise NotSent(exc.errno, exc.strerror or str(exc)) from exc
+            self._conn = fresh
         conn = self._conn
         if progress is None or data is None:
             conn.request(method, target, body=data, headers=headers)

@@ -263,14 +263,27 @@ class BoardCalls:
         # After the check, so no argument the model sends can carry it: ``ready`` is this actor's queue.
         request = tool.build({**args, ACTOR_ID: self.actor.id})
         with self._lock:
-            http = self._client()
-            try:
-                return http.call(request.method, request.path, request.json, query=request.query)
-            except TaskctlError as error:
-                if error.code == "BOARD_UNREACHABLE":
-                    http.close()
-                    self._http = None  # a restarted board may listen elsewhere: discover it again
-                raise
+            for attempt in range(2):
+                http = self._client()
+                try:
+                    return http.call(request.method, request.path, request.json, query=request.query)
+                except TaskctlError as error:
+                    if not self._lost_board(http, error) or attempt:
+                        raise
+        raise AssertionError("every attempt returns or raises")
+
+    def _lost_board(self, http: BoardHttp, error: TaskctlError) -> bool:
+        """Forget the board after ``error`` if it may have moved; True when the request may go
+        again at once: nothing of it reached a board (a restarted board listens elsewhere), or the
+        token was refused while this server reads it from the board's file (a rotation: a 401 wrote
+        nothing)."""
+        unreachable = error.code == "BOARD_UNREACHABLE"
+        rotated = error.code == "UNAUTHORIZED" and self._token is None
+        if not (unreachable or rotated):
+            return False
+        http.close()
+        self._http = None  # found again, with the token file read again, on the next call
+        return rotated or (error.details or {}).get("sent") is False
 
     def close(self) -> None:
         if self._http is not None:
