@@ -37,6 +37,12 @@ async def pg_board(tmp_path: Path, postgres_url: str) -> AsyncIterator[RunningBo
 
 
 @pytest.fixture
+async def pg_client(pg_board: RunningBoard) -> AsyncIterator[BoardClient]:
+    async with aiohttp.ClientSession() as session:
+        yield BoardClient(pg_board.url, pg_board.token, session)
+
+
+@pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     """A client session without a cookie jar: every cookie a test sends is one it chose to send."""
     async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as session:

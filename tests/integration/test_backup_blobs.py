@@ -13,7 +13,6 @@ import hashlib
 import os
 import sqlite3
 import stat
-import subprocess
 from contextlib import closing
 from pathlib import Path
 from urllib.parse import quote
@@ -22,17 +21,13 @@ import aiohttp
 import pytest
 
 from services.board.commands.attachments import pin_blobs
-from tests.support.board import API, VENV_BIN, BoardClient, RunningBoard, TaskdProcess, make_task
+from tests.support.board import API, BoardClient, RunningBoard, TaskdProcess, make_task, taskd_restore
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
 
 WRITERS = 4
 
-
-def taskd_restore(backup: Path, data_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(VENV_BIN / "taskd"), "restore", str(backup), "--data-dir", str(data_dir)],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
 def digest(data: bytes) -> str:

@@ -22,7 +22,7 @@ import pytest
 
 from services.hub.server import Hub, HubSettings
 from shared import hub_protocol as hp
-from tests.support.board import API, VENV_BIN, BoardClient, RunningBoard, TaskdProcess, make_task
+from tests.support.board import API, VENV_BIN, BoardClient, RunningBoard, TaskdProcess, make_task, taskd_restore
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -104,10 +104,6 @@ async def test_a_backup_names_its_actor(client: BoardClient, tmp_path: Path) -> 
 
 # -- restore and the epoch ------------------------------------------------------------------------
 
-
-def taskd_restore(backup: Path, data_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(VENV_BIN / "taskd"), "restore", str(backup), "--data-dir", str(data_dir)],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
 class HubFollower:

@@ -13,37 +13,22 @@ restore replaces.
 from __future__ import annotations
 
 import sqlite3
-import subprocess
 from contextlib import closing
 from pathlib import Path
 
-import aiohttp
 import pytest
 
-from tests.support.board import API, VENV_BIN, BoardClient, make_task, start_board
+from tests.support.board import board_backed_up, taskd_restore
 
 pytestmark = pytest.mark.asyncio
-
-
-def taskd_restore(backup: Path, data_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(VENV_BIN / "taskd"), "restore", str(backup), "--data-dir", str(data_dir)],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
 @pytest.mark.parametrize("damage", ["torn", "overwritten"])
 async def test_a_good_backup_restores_over_a_damaged_database(tmp_path: Path, damage: str) -> None:
     data_dir = tmp_path / "data"
     backup_file = tmp_path / "backup.sqlite"
-    board = await start_board(data_dir)
-    try:
-        async with aiohttp.ClientSession() as session:
-            client = BoardClient(board.url, board.token, session)
-            task = await make_task(client)
-            taken = await client.post(f"{API}/admin/backup", {"path": str(backup_file)})
-            assert taken.status == 200, taken.body
-            old_board = taken.body["board_id"]
-    finally:
-        await board.runner.cleanup()
+    task, taken = await board_backed_up(data_dir, backup_file)
+    old_board = taken["board_id"]
 
     database = data_dir / "board.sqlite"
     whole = database.read_bytes()

@@ -13,14 +13,13 @@ the restored board goes on serving the damaged bytes, and its next backup still 
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from pathlib import Path
 from urllib.parse import quote
 
 import aiohttp
 import pytest
 
-from tests.support.board import API, VENV_BIN, BoardClient, make_task, start_board
+from tests.support.board import API, BoardClient, make_task, start_board, taskd_restore
 
 pytestmark = pytest.mark.asyncio
 
@@ -58,8 +57,7 @@ async def test_a_restore_puts_back_the_good_bytes_of_a_damaged_blob(tmp_path: Pa
     finally:
         await board.runner.cleanup()
 
-    restored = subprocess.run([str(VENV_BIN / "taskd"), "restore", str(backup_file), "--data-dir", str(data_dir)],
-                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    restored = taskd_restore(backup_file, data_dir)
     assert restored.returncode == 0, restored.stderr
     assert "1 attachment blobs" in restored.stderr, restored.stderr
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 
 from services.board.store import Actor, Tx
 from shared import events
-from tests.support.board import API, VENV_BIN, BoardClient, make_task, start_board
+from tests.support.board import API, BoardClient, make_task, start_board, taskd_restore
 
 pytestmark = pytest.mark.asyncio
 
@@ -67,8 +66,7 @@ async def test_the_restored_boards_compaction_keeps_the_old_epochs_archive(tmp_p
     finally:
         await board.runner.cleanup()
 
-    restored = subprocess.run([str(VENV_BIN / "taskd"), "restore", str(backup_file), "--data-dir", str(data_dir)],
-                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    restored = taskd_restore(backup_file, data_dir)
     assert restored.returncode == 0, restored.stderr
     # The old epoch's archive goes aside with the database it was cut from: its rows past the backup
     # are in neither the restored database nor the replaced one (they were compacted away from it).

@@ -4,34 +4,27 @@ server that dropped the board's sessions (a restart, a failover, pg_terminate_ba
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import aiohttp
 import psycopg
 
-from tests.support.board import BoardClient, start_board
+from tests.support.board import BoardClient
+from tests.support.postgres import Cluster
 
 
 async def test_a_login_link_after_the_server_dropped_its_sessions_is_not_500(
-    tmp_path: Path, postgres_url: str, pg_cluster: object,
+    pg_client: BoardClient, postgres_url: str, pg_cluster: Cluster,
 ) -> None:
     database = postgres_url.rsplit("/", 1)[1]
-    admin_url = pg_cluster.admin_url  # type: ignore[attr-defined]
-    board = await start_board(tmp_path / "data", database=postgres_url)
-    try:
-        async with aiohttp.ClientSession() as session:
-            client = BoardClient(board.url, board.token, session)
-            # Warm the secret connections of the board's threads.
-            for _ in range(3):
-                assert (await client.post("/api/v1/login-links", {})).status == 200
-            # The server ends every session of the database (as a restart does); it serves again at once.
-            with psycopg.connect(admin_url, autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
-            statuses = []
-            for _ in range(3):
-                reply = await client.post("/api/v1/login-links", {})
-                statuses.append((reply.status, reply.error))
-            assert all(status in (200, 503) for status, _ in statuses), (
-                f"login links after the server dropped the sessions: {statuses}")
-    finally:
-        await board.runner.cleanup()
+    admin_url = pg_cluster.admin_url
+    client = pg_client
+    # Warm the secret connections of the board's threads.
+    for _ in range(3):
+        assert (await client.post("/api/v1/login-links", {})).status == 200
+    # The server ends every session of the database (as a restart does); it serves again at once.
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+    statuses = []
+    for _ in range(3):
+        reply = await client.post("/api/v1/login-links", {})
+        statuses.append((reply.status, reply.error))
+    assert all(status in (200, 503) for status, _ in statuses), (
+        f"login links after the server dropped the sessions: {statuses}")

@@ -366,3 +366,24 @@ class TaskdProcess:
             self.process.send_signal(sig)
         code = self.process.wait(timeout=timeout)
         return code
+
+
+def taskd_restore(backup: Path, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``taskd restore BACKUP --data-dir DIR`` as an operator runs it (the board stopped)."""
+    return subprocess.run([str(VENV_BIN / "taskd"), "restore", str(backup), "--data-dir", str(data_dir)],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+async def board_backed_up(data_dir: Path, backup_file: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A board in ``data_dir`` with one task, backed up to ``backup_file``, then stopped: the task
+    and the backup's answer."""
+    board = await start_board(data_dir)
+    try:
+        async with aiohttp.ClientSession() as session:
+            client = BoardClient(board.url, board.token, session)
+            task = await make_task(client)
+            taken = await client.post(f"{API}/admin/backup", {"path": str(backup_file)})
+            assert taken.status == 200, taken.body
+            return task, dict(taken.body)
+    finally:
+        await board.runner.cleanup()
