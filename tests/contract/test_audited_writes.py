@@ -45,7 +45,7 @@ EXEMPT_HELPERS: dict[tuple[str, str], str] = {
 STORE_WRITERS: dict[tuple[str, str], str] = {
     ("services/board/sqlite_store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
     ("services/board/postgres_store.py", "migrate"): "migrations and the board_id are not events (SPEC §4.4)",
-    ("services/board/postgres_store.py", "PostgresStore.write_secret"): "the shared board token is not board state (SPEC §4.4)",
+    ("services/board/postgres_store.py", "PostgresStore._write_secret"): "the shared board token is not board state (SPEC §4.4)",
     ("services/board/postgres_store.py", "PostgresStore.take_secret"): "a redeemed login code is not board state (SPEC §4.4)",
     ("services/board/postgres_store.py", "PostgresStore.drop_expired_secrets"): "expired secrets are not board state (SPEC §4.4)",
     ("services/board/store.py", "Tx.record"): "the activity append itself",
