@@ -43,7 +43,7 @@ from shared.errors import TaskloomError, validation
 from .commands.attachments import blob_holds, blob_path, write_blob
 from .compaction import ARCHIVE_DIR
 from .files import ensure_private_dir, fsync_file, move_atomic
-from .sqlite_store import SQLITE_MAGIC, header_user_version, migrate, schema_version, verify_triggers
+from .sqlite_store import SQLITE_MAGIC, migrate, schema_version, verify_triggers
 from .store import utc_now
 
 log = structlog.get_logger("taskd.backup")
@@ -227,15 +227,15 @@ def _check_backup(source: Path) -> int | None:
         raise RestoreRefused(f"cannot read {source}: {exc.strerror}") from None
     if magic != SQLITE_MAGIC:
         raise RestoreRefused(f"{source} is not an SQLite database")
-    version = header_user_version(source)
-    if version is not None and version > schema_version():
-        # Named here, before anything is copied: the copy's temp file would be all a later refusal names.
-        raise RestoreRefused(
-            f"{source} is a backup of schema version {version}, newer than this Taskloom understands "
-            f"({schema_version()}); restore it with that Taskloom or a newer one"
-        )
     conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
     try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > schema_version():
+            # Named here, before anything is copied: the copy's temp file would be all a later refusal names.
+            raise RestoreRefused(
+                f"{source} is a backup of schema version {version}, newer than this Taskloom understands "
+                f"({schema_version()}); restore it with that Taskloom or a newer one"
+            )
         checked = conn.execute("PRAGMA integrity_check").fetchone()[0]
         if checked != "ok":
             raise RestoreRefused(f"{source} fails its integrity check: {checked}")
@@ -340,6 +340,8 @@ def _set_aside(database: Path, stamp: str) -> Path | None:
             conn.execute("PRAGMA journal_mode = DELETE")
         finally:
             conn.close()
+    except sqlite3.OperationalError:
+        raise  # busy, locked, unreadable: not damage; the restore stops with nothing changed
     except sqlite3.DatabaseError as exc:
         # Damaged (torn, overwritten): the very case a restore is for. Nothing can be folded in;
         # the file and its WAL are kept as they are, side by side, for whoever wants to look.

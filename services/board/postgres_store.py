@@ -530,7 +530,7 @@ class PostgresStore(WriterStore):
         # The revision lock first, before any other row lock (commit order = revision order, no
         # deadlock) and before any savepoint in ``then``: a lock taken inside a savepoint would go
         # with a rollback to it. One round trip: a script without parameters goes as one simple
-        # query; its cursor starts at BEGIN's result, the lock's row is the next one.
+        # query; its cursor starts at BEGIN's result, then SET's, then the lock's row.
         # ``lock_timeout``: a lock held elsewhere (another process's long batch, a stuck psql
         # session) makes this batch 503 after that long, as SQLite's busy timeout does, rather than
         # leave every write of this process waiting without end.
@@ -704,23 +704,27 @@ class PostgresStore(WriterStore):
         return str(stored[0])
 
     def take_secret(self, key: str) -> str | None:
+        # Not sent again on a lost session: the DELETE may have committed before the answer was lost,
+        # and sent again it would find nothing and call a good code used. 503: the client asks again.
         row = self._on_own_conn(
-            lambda conn: conn.execute("DELETE FROM board_secrets WHERE key = ? RETURNING value", (key,)).fetchone()
+            lambda conn: conn.execute("DELETE FROM board_secrets WHERE key = ? RETURNING value", (key,)).fetchone(),
+            again=False,
         )
         return None if row is None else str(row[0])
 
-    def _on_own_conn(self, fn: Callable[[PgConnection], T]) -> T:
+    def _on_own_conn(self, fn: Callable[[PgConnection], T], *, again: bool = True) -> T:
         """``fn`` on this thread's own connection, once more on a fresh one if the session was
-        gone (a server restarted, a backend terminated); a server that cannot be used is 503, as
-        for every other statement, never a 500."""
+        gone (a server restarted, a backend terminated) and ``again`` says ``fn`` may run twice; a
+        server that cannot be used is 503, as for every other statement, never a 500."""
         for attempt in range(2):
             try:
                 conn = self._own_conn()
                 try:
                     return fn(conn)
                 except psycopg.OperationalError as exc:
-                    if attempt == 0 and _connection_lost(conn.raw, exc):
-                        conn.raw.close()
+                    if _connection_lost(conn.raw, exc):
+                        conn.raw.close()  # the next use makes a fresh one
+                    if again and attempt == 0 and conn.raw.closed:
                         continue
                     raise
             except (psycopg.OperationalError, psycopg.InterfaceError, StoreUnreachable) as exc:
