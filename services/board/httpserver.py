@@ -61,12 +61,20 @@ def is_parser_error(exc: BaseException | None) -> bool:
     return isinstance(exc, (http_exceptions.HttpProcessingError, RequestPayloadError))
 
 
+#: aiohttp's parser refuses a request line or a header line of 8,190 bytes or more.
+LONG_LINE_HINT: Final = (
+    "keep the request line (method, path and query string) and each header line under 8 KiB; a long "
+    "value belongs in a request body"
+)
+
+
 def malformed_request(exc: BaseException | None) -> TaskloomError:
     return TaskloomError(
         "VALIDATION_FAILED",
         "the request could not be parsed as HTTP/1.1 and was not read",
         details={"reason": parser_reason(exc)},
-        hint=HINT,
+        # Line endings have nothing to do with a line that is only too long.
+        hint=LONG_LINE_HINT if isinstance(exc, http_exceptions.LineTooLong) else HINT,
     )
 
 

@@ -69,6 +69,18 @@ def test_malformed_requests_get_json_400_without_the_token(taskd: TaskdProcess) 
         assert part not in log, "the board's stderr holds the token"
 
 
+def test_a_request_line_too_long_is_told_so_not_about_line_endings(taskd: TaskdProcess) -> None:
+    """A long query (a filter of 10,000 characters) was answered with the hint about CRLF and
+    control characters, which sends the client looking for a fault it does not have."""
+    taskd.start()
+    reply = exchange(taskd.url, b"GET /api/v1/ready?project=" + b"p" * 10_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert reply.status == 400, reply.raw[:300]
+    error = reply.json()["error"]
+    assert error["details"] == {"reason": "a request line or header line is too long"}, error
+    assert "8 KiB" in error["hint"] and "CRLF" not in error["hint"], error
+    assert taskd.stop() == 0
+
+
 @pytest.mark.parametrize("header", ["Authorization", "Cookie"])
 def test_a_refused_header_is_not_named_back_by_value(taskd: TaskdProcess, header: str) -> None:
     """The reason is a fixed sentence per fault: it never carries the header's text."""
