@@ -567,14 +567,16 @@ class WriterStore:
         return await future
 
     async def query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._readers, functools.partial(self.run_query, fn, *args, **kwargs))
+        return await self._read_on(self._readers, fn, *args, **kwargs)
 
     async def streaming_query(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``query`` for a read that hands its rows to a client as it goes and lasts as long as the
         client takes (``STREAMING_READER_THREADS``)."""
+        return await self._read_on(self._streaming_readers, fn, *args, **kwargs)
+
+    async def _read_on(self, threads: ThreadPoolExecutor, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._streaming_readers, functools.partial(self.run_query, fn, *args, **kwargs))
+        return await loop.run_in_executor(threads, functools.partial(self.run_query, fn, *args, **kwargs))
 
     # -- the writer thread ----------------------------------------------------------------------
 

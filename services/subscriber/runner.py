@@ -415,8 +415,6 @@ class Subscriber:
             waiting_for=waiting_for(self.turns.state_dir),
             turns=dict(self.counts),
             turn_running=False,
-            pending=self.coalescer.pending,
-            resume_after=self._resume_after(),
             last_turn={
                 "revision": turn.revision,
                 "events": list(turn.events),

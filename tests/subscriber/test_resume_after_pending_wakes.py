@@ -1,6 +1,10 @@
 """What a restart of the loop subscriber resumes from, and queues again, after a kill
 (services/subscriber/runner.py ``_resume_after``, ``pending_wakes``; taskctl/loop_cmd.py).
 
+0. A wake pending when the subscriber was SIGKILLed was lost for good: a clean stop kept it, but
+   a crash cannot run that code, and the periodic flush had already published ``revision`` = the
+   cursor, past the wake's own event. The state file now carries ``resume_after`` below it.
+
 1. ``resume_after`` was pinned below a wake that had already had its turn: ``_floor`` was reset
    only when a turn ended with nothing pending, so a wake arriving during a turn kept it below the
    wake that turn served, and a restart ran that turn again. The floor now moves to the turn when
@@ -53,6 +57,41 @@ def claim_stale_woke(process: SubscriberProcess) -> bool:
 def release(gate: Path) -> None:
     with open(gate, "w"):  # blocks until the turn's ``cat`` has the FIFO open; closing it is EOF
         pass
+
+
+async def test_a_wake_pending_at_sigkill_runs_after_the_restart(
+    board: tuple[TaskdProcess, BoardClient], subscriber: SubscriberProcess  # noqa: F811
+) -> None:
+    taskd, client = board
+    # One event-triggered turn a minute (the production default): the second wake must wait.
+    await subscriber.start("--min-interval", "60")
+    await subscriber.ready()
+    assert (await client.post(f"{API}/projects", {"id": "demo", "name": "Demo"})).status == 201
+    assert (await client.post(f"{API}/tasks", {"project": "demo", "title": "First"})).status == 201
+    first = await head(client)
+    [ran] = await subscriber.wait_wakes(1)
+    assert ran["revision"] == first
+
+    # A human creates work: actionable, but the rate limit holds its turn back.
+    assert (await client.post(f"{API}/tasks", {"project": "demo", "title": "Second, still unserved"})).status == 201
+    second = await head(client)
+    state = await subscriber.wait_state(
+        lambda s: (s.get("revision") or 0) >= second and s.get("pending") is True,
+        "the subscriber to hold the second wake pending",
+    )
+    assert len(subscriber.wakes()) == 1
+
+    # The subscriber dies without a word (OOM killer, kill -9, a host reset).
+    assert subscriber.process is not None
+    subscriber.process.send_signal(signal.SIGKILL)
+    await subscriber.process.wait()
+    assert state.get("resume_after") is not None and state["resume_after"] < second, state
+
+    # Restarted (rate limit off, so any wake it still knows about runs at once).
+    await subscriber.start()
+    wakes = await subscriber.wait_wakes(2, timeout=8.0)
+    assert wakes[1]["revision"] >= second and "task_created" in wakes[1]["events"].split(","), wakes
+    assert await subscriber.terminate() == 0
 
 
 async def test_resume_after_does_not_stay_below_a_wake_already_served(

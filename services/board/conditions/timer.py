@@ -153,16 +153,20 @@ class ConditionsEngine:
 
     async def _rebuild(self) -> None:
         try:
-            await self.store.command(instant.rebuild, SYSTEM_ACTOR, claim_fresh_seconds=self.claim_fresh_seconds)
+            await self._derive_from_state()
         except Exception:  # noqa: BLE001 - the next reconnect or start tries again
             log.exception("conditions_resync_failed")
+
+    async def _derive_from_state(self) -> None:
+        """Re-derive the marks and arm every temporal condition, in one transaction."""
+        await self.store.command(instant.rebuild, SYSTEM_ACTOR, claim_fresh_seconds=self.claim_fresh_seconds)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Re-derive the marks and arm every temporal condition; overdue ones fire at once."""
         self._running = True
-        await self.store.command(instant.rebuild, SYSTEM_ACTOR, claim_fresh_seconds=self.claim_fresh_seconds)
+        await self._derive_from_state()
 
     async def stop(self) -> None:
         self._running = False
