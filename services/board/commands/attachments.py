@@ -18,7 +18,7 @@ import errno
 import hashlib
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -198,8 +198,18 @@ async def blobs_held(store: WriterStore, root: Path) -> AsyncIterator[None]:
         with pin_blobs(root) as pin:
             yield
     finally:
-        for sha256 in pin.deferred if pin is not None else ():
+        await purge_blobs(store, pin.deferred if pin is not None else (), root)
+
+
+async def purge_blobs(store: WriterStore, sha256s: Iterable[str], root: Path) -> None:
+    """``purge_blob`` for each, on the writer thread as always. One that fails (the store went
+    away) leaves its file, which no row names, and the others still go: a leftover blob is
+    harmless and a later write of the same bytes reuses it (``blob_holds``)."""
+    for sha256 in sha256s:
+        try:
             await store.command(purge_blob, SYSTEM_ACTOR, sha256, root)
+        except Exception as exc:  # noqa: BLE001 - best effort: the caller's own outcome stands
+            log.warning("blob_purge_failed", sha256=sha256, error=type(exc).__name__)
 
 
 def _unlink_unless_pinned(root: Path, sha256: str) -> None:

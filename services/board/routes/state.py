@@ -23,7 +23,7 @@ from aiohttp import hdrs, web
 from ..api import PREFIX, Call, Created, Route, read_body
 from ..commands import attachments, state_import
 from ..queries import state
-from ..store import SYSTEM_ACTOR, utc_now
+from ..store import utc_now
 
 log = structlog.get_logger("taskd")
 
@@ -152,9 +152,7 @@ async def import_state_route(call: Call) -> Any:
     except Exception:
         # Refused by the database (a CHECK, a trigger) or lost: a refused import writes nothing, so
         # the bytes go again, each on the writer thread, where no row can name it meanwhile.
-        for sha256 in written:
-            with contextlib.suppress(Exception):
-                await call.store.command(attachments.purge_blob, SYSTEM_ACTOR, sha256, root)
+        await attachments.purge_blobs(call.store, written, root)
         raise
     log.info("state_imported", asked_by=f"{asker.kind}:{asker.id}", revision=result["revision"], counts=result["imported"])
     return Created(result)
