@@ -34,7 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from shared.errors import TaskloomError
+
 from .files import write_atomic
+from .store import SecretChanged
 
 if TYPE_CHECKING:
     from .store import SharedSecrets
@@ -249,17 +252,31 @@ class Credentials:
             del self._codes[oldest[0]]
 
     async def mint_login_code(self) -> str:
-        """A login code any board process on a shared database redeems (else this one only)."""
+        """A login code any board process on a shared database redeems (else this one only).
+
+        On a shared database the code is written only while the database still holds the token
+        this process checked the request with: another process's rotation reaches this one by a
+        notification, a few milliseconds later, and a code minted in between would let the holder
+        of the replaced token log in after the rotation (which drops every code written before it).
+        """
         code = self.new_login_code()
         if self.shared is not None:
-            now = self.clock()
-            await asyncio.get_running_loop().run_in_executor(None, self._mint_shared, code, now)
+            now, checked_with = self.clock(), self._token
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self._mint_shared, code, now, checked_with)
+            except SecretChanged:
+                self._codes.pop(code, None)
+                raise TaskloomError(
+                    "UNAUTHORIZED", "the board token was replaced while this request was under way",
+                    hint="read the board's token file again (taskctl does) and ask for the link again",
+                ) from None
         return code
 
-    def _mint_shared(self, code: str, now: float) -> None:
+    def _mint_shared(self, code: str, now: float, checked_with: str) -> None:
         assert self.shared is not None
         self.shared.drop_expired_secrets(LOGIN_PREFIX, now, at_most=SWEEP_AT_MOST)
-        self.shared.write_secret(LOGIN_PREFIX + code, str(int(now + LOGIN_CODE_TTL)))
+        self.shared.write_secret(LOGIN_PREFIX + code, str(int(now + LOGIN_CODE_TTL)),
+                                 while_holding=(TOKEN_SECRET, checked_with))
 
     async def redeem_anywhere(self, code: str) -> bool:
         """Redeem a code minted here or, on a shared database, by any board process: once, anywhere."""

@@ -57,6 +57,7 @@ from .store import (
     BatchFrames,
     Handed,
     SchemaTooNew,
+    SecretChanged,
     StoreUnreachable,
     Tx,
     WriterStore,
@@ -680,17 +681,26 @@ class PostgresStore(WriterStore):
 
     def write_secret(
         self, key: str, value: str, *, only_if_absent: bool = False, notify_token: bool = False,
-        drop_prefix: str | None = None,
+        drop_prefix: str | None = None, while_holding: tuple[str, str] | None = None,
     ) -> str:
         conflict = "DO NOTHING" if only_if_absent else "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at"
         return self._on_own_conn(functools.partial(
             self._write_secret, key, value, conflict, notify_token=notify_token, drop_prefix=drop_prefix,
+            while_holding=while_holding,
         ))
 
     def _write_secret(
         self, key: str, value: str, conflict: str, conn: PgConnection, *, notify_token: bool, drop_prefix: str | None,
+        while_holding: tuple[str, str] | None,
     ) -> str:
         with conn.raw.transaction():
+            if while_holding is not None:
+                # FOR SHARE waits for a write of that row under way elsewhere and then reads what it
+                # committed; held until COMMIT, so that write cannot land between check and insert.
+                other, expected = while_holding
+                held = conn.execute("SELECT value FROM board_secrets WHERE key = ? FOR SHARE", (other,)).fetchone()
+                if held is None or str(held[0]) != expected:
+                    raise SecretChanged(other)
             conn.execute(
                 f"INSERT INTO board_secrets (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) {conflict}",
                 (key, value, utc_now()),

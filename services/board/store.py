@@ -349,6 +349,10 @@ class LogFollower(Protocol):
     def close(self) -> None: ...
 
 
+class SecretChanged(Exception):
+    """``SharedSecrets.write_secret``'s condition failed: another process changed that secret."""
+
+
 @runtime_checkable
 class SharedSecrets(Protocol):
     """An engine several board processes share keeps the board's secrets itself (PostgreSQL)."""
@@ -357,10 +361,12 @@ class SharedSecrets(Protocol):
 
     def write_secret(
         self, key: str, value: str, *, only_if_absent: bool = False, notify_token: bool = False,
-        drop_prefix: str | None = None,
+        drop_prefix: str | None = None, while_holding: tuple[str, str] | None = None,
     ) -> str:
         """Store ``value`` under ``key`` (or keep the stored one when ``only_if_absent``) and return
-        what is stored; in the same transaction, remove every key under ``drop_prefix``."""
+        what is stored; in the same transaction, remove every key under ``drop_prefix``. With
+        ``while_holding = (other, expected)`` nothing is written unless ``other`` holds ``expected``
+        (read under a lock against a concurrent write of it): :class:`SecretChanged` instead."""
 
     def take_secret(self, key: str) -> str | None:
         """Remove ``key`` and return what it held, atomically: a second taker gets None."""
