@@ -52,9 +52,20 @@ NONE = ProjectConditions()
 
 
 def _status(value: Any, name: str) -> str:
-    if value not in domain.STATUSES:
+    if not isinstance(value, str) or value not in domain.STATUSES:
         raise validation(f"{name}: {value!r} is not a status ({', '.join(domain.STATUSES)})", field=name, value=value)
     return str(value)
+
+
+def _timed_status(value: Any, name: str) -> str:
+    """A status a card can outstay: a terminal card has no time in status (it left the work)."""
+    status = _status(value, name)
+    if status in domain.TERMINAL:
+        raise validation(
+            f"{name}: a card in {status!r} has left the work, so no timeout can fire there", field=name, value=value,
+            terminal=sorted(domain.TERMINAL),
+        )
+    return status
 
 
 def _threshold(value: Any, name: str) -> float:
@@ -99,7 +110,7 @@ def parse(settings: Any) -> ProjectConditions:
     if not isinstance(emit, bool):
         raise validation(f"{MONITORS}.emit_rejections must be true or false", field=f"{MONITORS}.emit_rejections", value=emit)
     timeouts = {
-        _status(status, f"{MONITORS}.max_time_in_status.{status}"): _threshold(
+        _timed_status(status, f"{MONITORS}.max_time_in_status.{status}"): _threshold(
             seconds, f"{MONITORS}.max_time_in_status.{status}"
         )
         for status, seconds in _object(monitors.get("max_time_in_status", {}), f"{MONITORS}.max_time_in_status").items()
@@ -110,7 +121,7 @@ def parse(settings: Any) -> ProjectConditions:
     if not isinstance(persist, list):
         raise validation(f"{PERSIST} must be a list of condition names", field=PERSIST, value=persist)
     for name in persist:
-        if name not in conditions.CONDITION_SET:
+        if not isinstance(name, str) or name not in conditions.CONDITION_SET:
             raise validation(
                 f"{PERSIST}: {name!r} is not a condition", field=PERSIST, value=name, known=list(conditions.CONDITIONS)
             )

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared import conditions, domain, events
+from shared.errors import TaskloomError
 
 from ..dialect import Row
+from ..queries.tasks import find_task
 from ..store import Tx
 from . import config as settings
 from . import marks, persist, rules, temporal
@@ -309,15 +311,28 @@ def deadlines(tx: Tx, task_id: str, config_of: Any, *, claim_fresh_seconds: floa
                claim_fresh_seconds=claim_fresh_seconds)
 
 
+def _still_holds(mark: Mark, episode: temporal.Episode | None) -> bool:
+    """Whether a fired temporal mark still holds: its card is in the state it fired on, and that
+    state was past its deadline when it fired under today's threshold too. A threshold raised
+    beyond the time the card had spent there makes the condition false (the new deadline is armed
+    instead); one lowered keeps it. Judged against the moment it fired, not the clock now, so a
+    clock stepped back cannot make it fire twice."""
+    return episode is not None and episode.key == mark.episode and episode.deadline <= temporal.posix(mark.since)
+
+
 def _deadlines(
     tx: Tx, task: Row, held_all: dict[str, Mark], config: settings.ProjectConditions, *,
     claim_fresh_seconds: float, active_at: str | None = None,
 ) -> None:
     found = temporal.episodes(tx.conn, task, config, claim_fresh_seconds=claim_fresh_seconds, active_at=active_at)
-    held = {type_: mark for type_, mark in held_all.items() if type_ in conditions.TEMPORAL}
     current = {episode.type: episode for episode in found}
-    for type_, mark in held.items():
-        if type_ not in current or current[type_].key != mark.episode:
+    held = {}
+    for type_, mark in held_all.items():
+        if type_ not in conditions.TEMPORAL:
+            continue
+        if _still_holds(mark, current.get(type_)):
+            held[type_] = mark
+        else:
             marks.drop(tx.conn, type_, mark.project_id, mark.subject)
     armed = tuple([
         (episode.type, episode.key, episode.deadline)
@@ -360,8 +375,10 @@ def fire(tx: Tx, due: list[tuple[str, str, str]], *, claim_fresh_seconds: float,
 
 def rejected(tx: Tx, ref: str, to: str, code: str) -> None:
     """``transition_rejected``: in a transaction of its own, since the refused command rolled back."""
-    task = tx.conn.execute("SELECT id, project_id, status FROM tasks WHERE id = ? OR identifier = ?",
-                           (ref, ref.upper())).fetchone()
+    try:
+        task = find_task(tx.conn, ref)  # the refused command's own lookup: a uuid prefix names it too
+    except TaskloomError:
+        return  # several cards start so (AMBIGUOUS_REF): the refusal named no one card
     if task is None:
         return
     config = project_config(tx.conn, task["project_id"])

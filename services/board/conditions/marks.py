@@ -68,7 +68,7 @@ def of_task(conn: Connectionish, task_id: str) -> dict[str, Mark]:
 def every(conn: Connectionish, project_id: str | None = None) -> list[Mark]:
     """Every mark, in a stable order (the breaches list)."""
     if project_id is None:
-        rows = conn.execute(f"SELECT {COLUMNS} FROM condition_marks ORDER BY project_id, since, type, subject")
+        rows = conn.execute(f"SELECT {COLUMNS} FROM condition_marks ORDER BY since, project_id, type, subject")
     else:
         rows = conn.execute(
             f"SELECT {COLUMNS} FROM condition_marks WHERE project_id = ? ORDER BY since, type, subject", (project_id,)
