@@ -25,6 +25,7 @@ from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 from shared.json_bounds import check_free_form
 
+from ..conditions import config as conditions_config
 from ..queries.state import END_KIND, KIND_BY_NAME, KINDS, STATE_KIND, STATE_VERSION, Kind
 from ..store import Actor, Tx
 from .attachments import ensure_blob
@@ -41,8 +42,13 @@ _NULLABLE: Final[dict[str, frozenset[str]]] = {
     "label": frozenset({"archived_at"}),
     "task": frozenset({"assignee_kind", "assignee_id", "reporter_kind", "reporter_id", "claimed_by_kind",
                        "claimed_by", "claimed_at", "heartbeat_at", "delivered_by", "waiver_reason",
-                       "awaiting_reason", "blocked_reason", "idem", "terminal_at", "archived_at"}),
+                       "awaiting_reason", "blocked_reason", "idem", "terminal_at", "archived_at", "status_since"}),
     "session": frozenset({"closed_at"}),
+}
+#: Fields a file may lack because exports written before them did not carry them; each is filled
+#: in as the schema migration that added it filled in the board's own rows.
+_ADDED_LATER: Final[dict[str, frozenset[str]]] = {
+    "task": frozenset({"status_since"}),  # migration 0006: when the card entered its status
 }
 _CHOICES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
     ("task", "status"): domain.STATUSES,
@@ -140,6 +146,7 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
         raise _refuse(line, f"a {kind.name} line is {{{', '.join(sorted(outer))}}} with row an object")
     record: dict[str, Any] = line_record["row"]
     fields, expected = _spec(kind.name)
+    record = {**dict.fromkeys(_ADDED_LATER.get(kind.name, ())), **record}
     if record.keys() != expected:
         missing, unknown = sorted(expected - set(record)), sorted(set(record) - expected)
         raise _refuse(line, f"a {kind.name} row must have exactly its fields"
@@ -148,6 +155,10 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
     for name, word, nullable in fields:
         _check_field(line, kind, name, word, nullable, record[name])
     if kind.name == "project":
+        try:
+            conditions_config.check(record["settings"])  # what a project write would refuse (SPEC §12)
+        except TaskloomError as exc:
+            raise _refuse(line, f"project {record['id']!r}: {exc.message}", **exc.details) from None
         keys.add(line, "project", record["id"])
         keys.add(line, "project prefix", record["prefix"])
     elif kind.name == "label":
@@ -156,6 +167,8 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
     elif kind.name == "actor":
         keys.add(line, "actor", (record["kind"], record["id"]))
     elif kind.name == "task":
+        if record["status_since"] is None:
+            record["status_since"] = record["updated_at"]  # the status cannot have been entered later
         _require(line, keys, "project", record["project_id"])
         keys.add(line, "task", record["id"])
         keys.add(line, "task identifier", record["identifier"])

@@ -55,6 +55,12 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
         cache.clear()
     if not tx.scopes:
         return
+    if any(event == events.IMPORT_COMPLETED for _, _, event in tx.scopes):
+        # A whole board arrived in one row that names no card: judge everything, as a start does.
+        if cache is not None:
+            cache.clear()
+        rebuild(tx, claim_fresh_seconds=claim_fresh_seconds)
+        return
     scopes = list(tx.scopes)
     projects: set[str] = set()
     touched: set[str] = set()

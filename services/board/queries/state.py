@@ -64,7 +64,7 @@ KINDS: Final[tuple[Kind, ...]] = (
           "labels_json", "assignee_kind", "assignee_id", "reporter_kind", "reporter_id", "claimed_by_kind",
           "claimed_by", "claimed_at", "heartbeat_at", "delivered_by", "delivery_round", "acceptance_mode",
           "waiver_reason", "awaiting_reason", "blocked_reason", "idem", "meta_json", "version",
-          "acceptance_revision", "terminal_at", "archived_at", "created_at", "updated_at"),
+          "acceptance_revision", "terminal_at", "archived_at", "created_at", "updated_at", "status_since"),
          "project_id, number", ("labels_json", "meta_json")),
     Kind("comment", "comments", ("id", "task_id", "kind", "body", "actor_kind", "actor_id", "round", "created_at"),
          "id"),
