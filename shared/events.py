@@ -314,14 +314,16 @@ def lane_refilled(*, status: str, count: int) -> dict[str, Any]:
     return {"status": status, "count": count}
 
 
-def card_blocked(*, blockers: list[str]) -> dict[str, Any]:
-    """``blockers``: identifiers of the open ``blocks`` sources."""
-    return {"blockers": list(blockers)}
+def card_blocked(*, blockers: list[str], more: int = 0) -> dict[str, Any]:
+    """``blockers``: identifiers of the open ``blocks`` sources; ``more``: how many of them a
+    persisted row leaves out to stay within an activity row's size (absent when none)."""
+    return {"blockers": list(blockers), **({"more": more} if more else {})}
 
 
-def card_unblocked(*, blockers: list[str]) -> dict[str, Any]:
-    """``blockers``: identifiers of the blockers that held the card last (now none is open)."""
-    return {"blockers": list(blockers)}
+def card_unblocked(*, blockers: list[str], more: int = 0) -> dict[str, Any]:
+    """``blockers``: identifiers of the blockers that held the card last (now none is open);
+    ``more`` as for :func:`card_blocked`."""
+    return {"blockers": list(blockers), **({"more": more} if more else {})}
 
 
 def transition_rejected(*, from_: str, to: str, code: str) -> dict[str, Any]:

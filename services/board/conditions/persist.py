@@ -8,12 +8,31 @@ writer and the golden fixtures cover every row.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
+
+import orjson
 
 from shared import events
+from shared.limits import MAX_CHANGES_BYTES
 
 from ..store import SYSTEM_ACTOR, Tx
 from .signals import Signal
+
+#: What a persisted blocker list may take of an activity row's changes: a card may have thousands
+#: of open blockers, and the row is written in the transaction of the command that changed them —
+#: a row too large would refuse that command (a blocker could not be finished). The signal and
+#: ``/breaches`` keep the whole list.
+BLOCKERS_BYTES: Final = MAX_CHANGES_BYTES // 2
+
+
+def _within_a_row(blockers: list[str]) -> tuple[list[str], int]:
+    """The first blockers whose JSON fits :data:`BLOCKERS_BYTES`, and how many are left out."""
+    used = 2  # the brackets
+    for count, identifier in enumerate(blockers):
+        used += len(orjson.dumps(identifier)) + 1
+        if used > BLOCKERS_BYTES:
+            return blockers[:count], len(blockers) - count
+    return blockers, 0
 
 
 def record(tx: Tx, signal: Signal) -> None:
@@ -29,9 +48,11 @@ def record(tx: Tx, signal: Signal) -> None:
         case events.LANE_REFILLED:
             tx.record(events.LANE_REFILLED, events.lane_refilled(status=c["status"], count=c["count"]), **where)
         case events.CARD_BLOCKED:
-            tx.record(events.CARD_BLOCKED, events.card_blocked(blockers=c["blockers"]), **where)
+            listed, more = _within_a_row(c["blockers"])
+            tx.record(events.CARD_BLOCKED, events.card_blocked(blockers=listed, more=more), **where)
         case events.CARD_UNBLOCKED:
-            tx.record(events.CARD_UNBLOCKED, events.card_unblocked(blockers=c["blockers"]), **where)
+            listed, more = _within_a_row(c["blockers"])
+            tx.record(events.CARD_UNBLOCKED, events.card_unblocked(blockers=listed, more=more), **where)
         case events.TRANSITION_REJECTED:
             tx.record(
                 events.TRANSITION_REJECTED, events.transition_rejected(from_=c["from"], to=c["to"], code=c["code"]), **where
