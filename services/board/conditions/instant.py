@@ -330,7 +330,9 @@ def _deadlines(
     tx: Tx, task: Row, held_all: dict[str, Mark], config: settings.ProjectConditions, *,
     claim_fresh_seconds: float, active_at: str | None = None,
 ) -> None:
-    found = temporal.episodes(tx.conn, task, config, claim_fresh_seconds=claim_fresh_seconds, active_at=active_at)
+    idle = held_all.get(events.CARD_IDLE)
+    found = temporal.episodes(tx.conn, task, config, claim_fresh_seconds=claim_fresh_seconds, active_at=active_at,
+                              idle_fired=idle.episode if idle is not None else None)
     current = {episode.type: episode for episode in found}
     held = {}
     for type_, mark in held_all.items():
@@ -360,14 +362,17 @@ def fire(tx: Tx, due: list[tuple[str, str, str]], *, claim_fresh_seconds: float,
             continue
         project_id = task["project_id"]
         config = configs.setdefault(project_id, project_config(tx.conn, project_id))
+        held_all = marks.of_task(tx.conn, task_id)
+        idle = held_all.get(events.CARD_IDLE)
         match = next(
-            (found for found in temporal.episodes(tx.conn, task, config, claim_fresh_seconds=claim_fresh_seconds)
+            (found for found in temporal.episodes(tx.conn, task, config, claim_fresh_seconds=claim_fresh_seconds,
+                                                  idle_fired=idle.episode if idle is not None else None)
              if found.type == type_ and found.key == episode),
             None,
         )
         if match is None:
             continue  # the card moved on since it was armed; its commit re-armed it
-        held = marks.of_task(tx.conn, task_id).get(type_)
+        held = held_all.get(type_)
         if held is not None and held.episode == episode:
             continue  # fired already
         if match.deadline > now + slack:

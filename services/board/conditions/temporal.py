@@ -70,10 +70,15 @@ def last_activity(conn: Any, task_id: str) -> str | None:
 
 
 def episodes(
-    conn: Any, task: Row, config: ProjectConditions, *, claim_fresh_seconds: float, active_at: str | None = None
+    conn: Any, task: Row, config: ProjectConditions, *, claim_fresh_seconds: float, active_at: str | None = None,
+    idle_fired: str | None = None,
 ) -> list[Episode]:
     """The temporal conditions that apply to ``task`` now, each with its deadline. ``active_at``:
-    the card's last activity when the caller knows it (the command just wrote a row for it)."""
+    the card's last activity when the caller knows it (the command just wrote a row for it).
+    ``idle_fired``: the episode of the card's fired ``card_idle`` mark, if it holds one — the last
+    activity it fired on. The mark is dropped by the next activity on the card, so while it is held
+    nothing happened since; the log may no longer show it (retention trimmed that row), and the
+    idle clock must not move back to an older row or to the card's creation and fire again."""
     if task["archived_at"] is not None or task["status"] in domain.TERMINAL:
         return []
     found: list[Episode] = []
@@ -84,6 +89,8 @@ def episodes(
         found.append(Episode(events.STATUS_TIMEOUT, f"{status}@{since}", posix(since) + limit, since, limit, status))
     if config.idle_after is not None:
         since = active_at or last_activity(conn, task["id"]) or task["created_at"]
+        if idle_fired is not None and idle_fired > since:  # stamps of one format: text order is time order
+            since = idle_fired
         found.append(Episode(events.CARD_IDLE, since, posix(since) + config.idle_after, since, config.idle_after))
     if status == "in_progress" and task["claimed_by"] is not None and task["heartbeat_at"] is not None:
         threshold = config.claim_stale_after if config.claim_stale_after is not None else claim_fresh_seconds
