@@ -304,7 +304,9 @@ class BoardHttp:
             return TaskctlError("HTTP_ERROR", f"the board answered {reply.status}: {text}", status=reply.status)
         code = str(error.get("code") or "HTTP_ERROR")
         hint = error.get("hint")
-        if code == "UNAUTHORIZED" and not self.board.token:
+        if code == "UNAUTHORIZED" and not self.board.token and self.board.token_problem:
+            hint = f"the token file was not read: {self.board.token_problem}"
+        elif code == "UNAUTHORIZED" and not self.board.token:
             where = self.board.token_file or "the board's token file"
             hint = f"no token found: pass --token or set TASKLOOM_TOKEN (looked in {where})"
         return TaskctlError(
