@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.support.waiting import wait_until
+
 USER = "tlother"
 #: A Python every uid can run (the venv's lives under /root, which is 0700).
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -86,4 +88,7 @@ def other_user() -> Iterator[OtherUser]:
         yield OtherUser(USER, entry.pw_uid)
     finally:
         if created:
-            subprocess.run(["userdel", USER], check=False)
+            # A killed process may not be gone yet, and userdel refuses a user that still runs one.
+            wait_until(lambda: subprocess.run(["pgrep", "-u", USER], capture_output=True).returncode == 1,
+                       timeout=10, what=f"the processes of {USER} to end")
+            subprocess.run(["userdel", USER], check=True)
