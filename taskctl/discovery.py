@@ -7,12 +7,18 @@ Token: ``--token`` → ``TASKLOOM_TOKEN`` → the token file the pointer names, 
 ``<data_dir>/token``; long-lived commands re-read it with :func:`current_token` before every
 reconnect, so a ``token rotate`` reaches them. The token is a secret: :class:`Board` never shows
 it in a ``repr``.
+
+Only this user's files are believed (docs/security.md, *Who listens on the board's port*): a
+runtime directory or pointer that another uid owns, or that group or others may write, is no
+pointer at all; a pointer's pid must be a process of this uid; a token file is read only when
+this uid owns it and nobody else may read it.
 """
 
 from __future__ import annotations
 
 import json as jsonlib
 import os
+import stat
 import sys
 import time
 import urllib.parse
@@ -47,6 +53,8 @@ class Board:
     token_file: Path | None = None
     #: Where the token came from: ``option`` (--token), ``env`` (TASKLOOM_TOKEN) or ``file``.
     token_source: str = "file"
+    #: Why the token file was not read (another user's, or readable by others), if it was not.
+    token_problem: str | None = None
 
     @property
     def pid(self) -> int | None:
@@ -73,8 +81,13 @@ def pointer_path(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def read_pointer(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The board pointer, when this user's: in a directory and a file this uid owns and that
+    nobody else may write (anyone may create ``/tmp/x`` first and name it the runtime directory)."""
+    path = pointer_path(environ)
+    if _unsafe(path.parent, GROUP_OTHER_WRITE):
+        return None
     try:
-        record = jsonlib.loads(pointer_path(environ).read_text(encoding="utf-8"))
+        record = jsonlib.loads(_read_own_file(path, GROUP_OTHER_WRITE))
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
@@ -83,12 +96,76 @@ def read_pointer(environ: Mapping[str, str] | None = None) -> dict[str, Any] | N
 
 
 def live_pointer(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The pointer of a running board: its pid is alive and its /health answers."""
+    """The pointer of a running board: its pid is a live process of this user and its /health answers."""
     record = read_pointer(environ)
     url = _pointer_url(record)
-    if record is None or url is None or not pid_alive(record.get("pid")):
+    if record is None or url is None or not pid_alive(record.get("pid")) or not own_process(record.get("pid")):
         return None
     return record if health(url) else None
+
+
+#: Mode bits that let another user change a file or a directory's entries.
+GROUP_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+#: Mode bits that let another user see or change a file (the token must be owner-only).
+GROUP_OTHER_ANY = 0o077
+
+
+def own_process(pid: object) -> bool:
+    """Whether ``pid`` (already known alive) runs as this uid: the owner of ``/proc/<pid>``, where
+    there is no procfs whether it may be signalled (as root, everything may: taken as ours)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or not hasattr(os, "geteuid"):
+        return isinstance(pid, int)
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.geteuid()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False  # PermissionError: another user's process
+    return True
+
+
+def _unsafe(path: Path, loose: int) -> str | None:
+    """Why ``path`` (followed if a link) is not this user's alone, or None when it is."""
+    if not hasattr(os, "geteuid"):
+        return None  # pragma: no cover - Windows: the ACLs of the profile directory decide
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None  # missing: nothing is read from it anyway
+    return _why(path, info, loose)
+
+
+def _why(path: Path, info: os.stat_result, loose: int) -> str | None:
+    if info.st_uid != os.geteuid():
+        return f"{path} belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()})"
+    if info.st_mode & loose:
+        return f"{path} has mode {stat.S_IMODE(info.st_mode):04o}: other users may {'read' if loose & 0o044 else 'change'} it"
+    return None
+
+
+def _read_own_file(path: Path, loose: int) -> str:
+    """The text of the regular file ``path`` (not a link), if this uid owns it and no ``loose``
+    bit is set; :class:`UntrustedFile` (an ``OSError``) otherwise."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        problem = f"{path} is not a regular file" if not stat.S_ISREG(info.st_mode) else None
+        if hasattr(os, "geteuid"):
+            problem = problem or _why(path, info, loose)
+        if problem:
+            raise UntrustedFile(problem)
+        with os.fdopen(fd, encoding="utf-8", closefd=False) as handle:
+            return handle.read()
+    finally:
+        os.close(fd)
+
+
+class UntrustedFile(OSError):
+    """A file another user owns or may change (or read, for the token): not believed."""
 
 
 def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -116,11 +193,19 @@ def _token_file_for(url: str, pointer: dict[str, Any] | None, environ: Mapping[s
 
 
 def read_token_file(path: Path) -> str | None:
+    """The token in ``path`` when this uid owns the file and nobody else may read it."""
+    return token_file_state(path)[0]
+
+
+def token_file_state(path: Path) -> tuple[str | None, str | None]:
+    """``(token, why not)``: the token, or why the file at ``path`` was not used (None: no file)."""
     try:
-        token = path.read_text(encoding="utf-8").strip()
+        token = _read_own_file(path, GROUP_OTHER_ANY).strip()
+    except UntrustedFile as exc:
+        return None, f"{exc}; make it owner-only (chmod 600) or pass the token another way"
     except OSError:
-        return None
-    return token or None
+        return None, None
+    return token or None, None
 
 
 def resolve_board(
@@ -159,15 +244,16 @@ def resolve_board(
             pointer = record
     token_file: Path | None = None
     secret: str | None
+    problem: str | None = None
     if token:
         secret, token_source = token.strip(), "option"
     elif env.get("TASKLOOM_TOKEN"):
         secret, token_source = env["TASKLOOM_TOKEN"].strip(), "env"
     else:
         token_file = _token_file_for(chosen, pointer, env)
-        secret, token_source = read_token_file(token_file), "file"
+        (secret, problem), token_source = token_file_state(token_file), "file"
     remember_secret(secret)
-    return Board(chosen, secret, source, pointer, token_file, token_source)
+    return Board(chosen, secret, source, pointer, token_file, token_source, problem)
 
 
 def current_token(board: Board, *, environ: Mapping[str, str] | None = None) -> str | None:

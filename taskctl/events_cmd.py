@@ -29,7 +29,7 @@ from shared.sse import SSEComment, SSEMessage, SSEParser, SSEProtocolError
 from .command import TaskRef, command, current
 from .discovery import Board
 from .errors import TaskctlError, redact
-from .http import encode_query
+from .http import NotSent, connect, encode_query
 
 EVENTS_PATH = "/api/v1/events"
 READ_CHUNK = 64 * 1024
@@ -86,11 +86,15 @@ def tail_stream(
     headers = {"Accept": "text/event-stream", "User-Agent": USER_AGENT}
     if board.token:
         headers["Authorization"] = f"Bearer {board.token}"
-    factory = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    # No read timeout: a quiet board sends only pings, and the user ends the tail with Ctrl-C.
-    conn = factory(parts.hostname or "", parts.port, timeout=None)
     parser = SSEParser(max_line=SSE_MAX_LINE, last_event_id=str(after))
     cursor = after
+    try:
+        # No read timeout: a quiet board sends only pings, and the user ends the tail with Ctrl-C.
+        conn = connect(board.url, None)
+    except NotSent as exc:
+        return _error(emit, "BOARD_UNREACHABLE", f"cannot reach the board at {board.url}: {exc}", cursor)
+    except TaskctlError as refused:  # BOARD_IMPOSTOR: another user's socket on the board's port
+        return _error(emit, refused.code, refused.message, cursor)
     try:
         try:
             conn.request("GET", target, headers=headers)

@@ -50,17 +50,47 @@ class Reply:
         return None
 
 
-# ``http.client`` is imported on first use, by the two functions below: it pulls in email and ssl
+# ``http.client`` is imported on first use, by the functions below: it pulls in email and ssl
 # (~25 ms).
 
 
-def _connection(url: str, timeout: float) -> http.client.HTTPConnection:
+def _connection(url: str, timeout: float | None) -> http.client.HTTPConnection:
     import http.client
 
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "https":
         return http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout)
     return http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+
+
+def connect(url: str, timeout: float | None) -> http.client.HTTPConnection:
+    """An open connection to the board at ``url`` whose listener is this user's.
+
+    Checked once, after the connect and before the first request (and the token in it) goes
+    out (docs/security.md, *Who listens on the board's port*); a kept-alive connection stays the
+    socket that was checked. :class:`NotSent` when nothing answers, ``BOARD_IMPOSTOR`` when
+    another user's socket does.
+    """
+    from services.hub.port_owner import ForeignListener, check_listener
+
+    conn = _connection(url, timeout)
+    try:
+        conn.connect()
+    except OSError as exc:
+        conn.close()
+        raise NotSent(exc.errno, exc.strerror or str(exc)) from exc
+    try:
+        check_listener(conn.sock)
+    except ForeignListener as exc:
+        conn.close()
+        raise TaskctlError(
+            "BOARD_IMPOSTOR",
+            f"refusing to talk to the board at {url}: {exc}",
+            details={"url": url, "port": exc.port, "uid": exc.uid},
+            hint=f"another local user holds port {exc.port}, maybe while the board was down: "
+            f"find it with `ss -ltnpe 'sport = :{exc.port}'`; the token was not sent",
+        ) from None
+    return conn
 
 
 def _dropped(conn: http.client.HTTPConnection) -> bool:
@@ -230,13 +260,7 @@ class BoardHttp:
         if self._conn is not None and _dropped(self._conn):
             self.close()
         if self._conn is None:
-            fresh = _connection(self.board.url, self.timeout)
-            try:
-                fresh.connect()
-            except OSError as exc:
-                fresh.close()
-                raise NotSent(exc.errno, exc.strerror or str(exc)) from exc
-            self._conn = fresh
+            self._conn = connect(self.board.url, self.timeout)
         conn = self._conn
         if progress is None or data is None:
             conn.request(method, target, body=data, headers=headers)
@@ -280,7 +304,9 @@ class BoardHttp:
             return TaskctlError("HTTP_ERROR", f"the board answered {reply.status}: {text}", status=reply.status)
         code = str(error.get("code") or "HTTP_ERROR")
         hint = error.get("hint")
-        if code == "UNAUTHORIZED" and not self.board.token:
+        if code == "UNAUTHORIZED" and not self.board.token and self.board.token_problem:
+            hint = f"the token file was not read: {self.board.token_problem}"
+        elif code == "UNAUTHORIZED" and not self.board.token:
             where = self.board.token_file or "the board's token file"
             hint = f"no token found: pass --token or set TASKLOOM_TOKEN (looked in {where})"
         return TaskctlError(

@@ -21,7 +21,7 @@ import click
 
 from .command import API, command, current, global_params
 from .errors import TaskctlError
-from .http import BoardHttp, Reply, _connection, _decode
+from .http import BoardHttp, NotSent, Reply, _decode, connect
 
 #: Seconds a state import or export may take: a 50,000-task board moves in seconds, not minutes.
 TRANSFER_TIMEOUT = 600.0
@@ -60,7 +60,11 @@ def _download(inv: Any, sink: IO[bytes]) -> dict[str, int]:
     """Stream the export into ``sink``; the ``end`` line's counts, or STATE_INCOMPLETE."""
     board = inv.board()
     headers = BoardHttp(board, inv.who()).headers({"Accept": "application/x-ndjson"})
-    conn = _connection(board.url, TRANSFER_TIMEOUT)
+    try:
+        conn = connect(board.url, TRANSFER_TIMEOUT)
+    except NotSent as exc:
+        raise TaskctlError("BOARD_UNREACHABLE", f"cannot reach the board at {board.url}: {exc}",
+                           hint="is it running? nothing was written to the file") from None
     try:
         conn.request("GET", urllib.parse.urlsplit(board.url).path + API + "/state", headers=headers)
         response = conn.getresponse()

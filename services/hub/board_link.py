@@ -11,6 +11,11 @@ The stream itself is read by ``board_stream.BoardStream`` (HTTP/1.1 on a plain p
 hands each read's SSE items to the link in the callback that received them; ``/meta`` goes
 through aiohttp.
 
+Every connection to a loopback board is checked before a request goes on it: the socket that
+answers must be this user's (``port_owner``; docs/security.md, *Who listens on the board's port*).
+Another user's listener on the board's port (the board is restarting) is logged as
+``board_impostor`` and sent nothing; the ladder keeps trying until the board is back.
+
 A ``401`` is the one answer no ladder can fix: the board no longer takes this hub's token (it
 was rotated). The link tells the hub once and ends; the hub says so to its sessions and exits,
 and its clients, who re-read the token, start a hub keyed by the new one (SPEC ยง7.1).
@@ -19,7 +24,7 @@ and its clients, who re-read the token, start a hub keyed by the new one (SPEC ย
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 import orjson
@@ -30,8 +35,14 @@ from shared.limits import SSE_MAX_LINE
 from shared.sse import SSEMessage, SSEParser, SSEProtocolError
 
 from .board_stream import BoardStream, StreamFailed, open_stream
+from .port_owner import ForeignListener, check_listener
 from .process import Backoff
 from .settings import READ_TIMEOUT  # re-exported: the deadline is a settings default
+
+if TYPE_CHECKING:
+    from aiohttp.client_proto import ResponseHandler
+    from aiohttp.client_reqrep import ClientRequest
+    from aiohttp.tracing import Trace
 
 log = structlog.get_logger("taskhub")
 
@@ -77,6 +88,24 @@ class BoardSink(Protocol):
         """The board refused the token with 401; the link has ended and will not try again."""
 
 
+class OwnListenerConnector(aiohttp.TCPConnector):
+    """aiohttp's connector, refusing a new connection whose loopback listener is another user's.
+
+    ``_create_connection`` is where aiohttp opens a socket, before any request is written on it.
+    """
+
+    async def _create_connection(
+        self, req: ClientRequest, traces: list[Trace], timeout: aiohttp.ClientTimeout
+    ) -> ResponseHandler:
+        handler = await super()._create_connection(req, traces, timeout)
+        try:
+            check_listener(handler.transport.get_extra_info("socket") if handler.transport else None)
+        except ForeignListener:
+            handler.close()
+            raise
+        return handler
+
+
 class BoardUnavailable(Exception):
     """One attempt failed; the ladder decides when to try again."""
 
@@ -115,7 +144,7 @@ class BoardLink:
         # The session reads /meta only; the stream has its own connection (board_stream.py).
         # force_close: a fresh connection per request, never a pooled keep-alive one.
         timeout = aiohttp.ClientTimeout(total=None, connect=10.0, sock_connect=10.0, sock_read=self._read_timeout)
-        connector = aiohttp.TCPConnector(force_close=True, limit=4)
+        connector = OwnListenerConnector(force_close=True, limit=4)
         async with aiohttp.ClientSession(timeout=timeout, headers=self._headers, connector=connector) as session:
             while True:
                 opened_before = self.connects
@@ -126,6 +155,8 @@ class BoardLink:
                     log.error("board_unauthorized", board=self.url, reason=str(exc))
                     self._sink.board_unauthorized(str(exc))
                     return
+                except ForeignListener as exc:
+                    log.error("board_impostor", board=self.url, port=exc.port, uid=exc.uid, reason=str(exc))
                 except BoardUnavailable as exc:
                     log.info("board_unavailable", board=self.url, reason=str(exc))
                 except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:

@@ -9,7 +9,8 @@ arrived in. ``/api/v1/meta`` (one small JSON read per connect) still goes throug
 
 What the link relied on is kept: the board token in ``Authorization``, ``after`` in the query,
 a connect deadline, and a watchdog that ends a connection that carries no byte for
-``read_timeout`` seconds (one timer, re-armed lazily: O(1) per chunk). Bodies are decoded as
+``read_timeout`` seconds (one timer, re-armed lazily: O(1) per chunk). Before the request is
+written, the socket answering on loopback must be this user's (``port_owner``). Bodies are decoded as
 ``Transfer-Encoding: chunked`` (what the board sends), by ``Content-Length``, or up to the close.
 """
 
@@ -20,6 +21,8 @@ import ssl
 from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import urlencode, urlsplit
+
+from .port_owner import ForeignListener, check_listener
 
 #: The response head (status line and headers) may be at most this large.
 MAX_HEAD = 64 * 1024
@@ -293,6 +296,11 @@ async def open_stream(base_url: str, path: str, query: dict[str, str], headers: 
                                      ssl=ssl.create_default_context() if secure else None,
                                      server_hostname=host if secure else None)
     assert protocol.transport is not None  # connection_made ran before create_connection returned
+    try:
+        check_listener(protocol.transport.get_extra_info("socket"))  # before the token goes out
+    except ForeignListener:
+        protocol.transport.abort()
+        raise
     target = f"{parts.path.rstrip('/')}{path}?{urlencode(query)}"
     lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}", *(f"{k}: {v}" for k, v in headers.items()),
              "Connection: close"]

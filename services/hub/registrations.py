@@ -31,8 +31,10 @@ import structlog
 from shared import hub_protocol as hp
 
 from . import registry as rg
+from .board_link import OwnListenerConnector
 from .briefs import path_problem, protected_problem, write_brief
 from .pointer import read_json, write_json_atomic
+from .port_owner import ForeignListener
 from .registry import Refused, Rendered, RenderFailed
 
 __all__ = ["EXPORT_TIMEOUT", "Refused", "Registrations", "RenderFailed", "Rendered", "Watcher", "WatchSettings"]
@@ -333,7 +335,7 @@ class Registrations:
                 async with self._session().get(f"{self._url}/api/v1/board/status") as response:
                     body = await response.read()
                     status = response.status
-            except (aiohttp.ClientError, TimeoutError, OSError):
+            except (aiohttp.ClientError, TimeoutError, OSError, ForeignListener):
                 status, body = 0, b""  # the board is down: ask again next time
             if status:
                 try:
@@ -369,7 +371,8 @@ class Registrations:
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None:
             self._http = aiohttp.ClientSession(
-                headers=self._headers, timeout=aiohttp.ClientTimeout(total=EXPORT_TIMEOUT)
+                headers=self._headers, timeout=aiohttp.ClientTimeout(total=EXPORT_TIMEOUT),
+                connector=OwnListenerConnector(),  # another user's socket on the board's port gets no token
             )
         return self._http
 
@@ -380,7 +383,7 @@ class Registrations:
             async with self._session().post(f"{self._url}/api/v1/export", json={"ref": ref}) as response:
                 body = await response.read()
                 status = response.status
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (aiohttp.ClientError, TimeoutError, OSError, ForeignListener) as exc:
             raise RenderFailed(hp.BOARD_UNAVAILABLE, f"cannot reach the board: {type(exc).__name__}: {exc}",
                                permanent=False) from None
         self.renders += 1

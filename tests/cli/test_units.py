@@ -79,6 +79,8 @@ def test_token_order_option_env_then_the_pointers_file(tmp_path: Path) -> None:
     (data / "token").write_text("tl_" + "1" * 64 + "\n")
     elsewhere = tmp_path / "elsewhere-token"
     elsewhere.write_text("tl_" + "2" * 64)
+    for token_file in (data / "token", elsewhere):
+        token_file.chmod(0o600)  # a token file others may read is not believed (test_pointer_ownership.py)
     (runtime / "board.json").write_text(json.dumps({"url": "http://127.0.0.1:5555", "pid": 1, "token_file": str(elsewhere)}))
     env = {"TASKLOOM_RUNTIME_DIR": str(runtime), "TASKLOOM_DATA_DIR": str(data)}
     # The URL is the pointer's: its token file is used.
