@@ -7,6 +7,9 @@ subscriber) build and read the same messages through this module, so the wire ha
 from __future__ import annotations
 
 import hashlib
+import hmac
+import re
+import secrets
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -19,6 +22,13 @@ POINTER_VERSION: Final = 1
 
 #: A session must say ``hello`` this soon after connecting, seconds.
 HELLO_TIMEOUT: Final = 10.0
+#: Connections still waiting for their ``hello`` the hub holds at once; a new one past this drops
+#: the oldest of them, so token-less connections cannot take the descriptors a ``hello`` needs.
+MAX_AWAITING_HELLO: Final = 64
+#: Random bytes in a client's ``hello.nonce`` (sent as hex), which the hub's ``welcome.proof`` answers.
+NONCE_BYTES: Final = 16
+#: A ``board_id`` a follower may name is at most this long (the board's are 20 characters).
+MAX_BOARD_ID: Final = 128
 #: A follow stream with nothing else to say writes a ``heartbeat`` this often, seconds.
 HEARTBEAT_INTERVAL: Final = 15.0
 #: A follow stream with no ``event`` for this long writes ``idle`` and ends (0 disables), ms.
@@ -138,22 +148,79 @@ def hub_key(board_url: str, board_token: str) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
+# -- proving both ends (docs/hub-protocol.md, "Proving the hub") ------------------------------
+# A listener on the pointer's port need not be the hub: the hub may have died and another local
+# user bound the port. So a client never sends the hub token to a listener: it sends a fresh nonce
+# and an HMAC of it keyed by the token, and the hub answers with another HMAC of the same nonce,
+# which only a holder of the token can compute. The labels differ, so neither proof is the other.
+
+_NONCE = re.compile(r"[0-9a-f]{32,128}")
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(NONCE_BYTES)
+
+
+def valid_nonce(value: object) -> bool:
+    return isinstance(value, str) and _NONCE.fullmatch(value) is not None
+
+
+def _proof(label: bytes, token: str, nonce: str) -> str:
+    return hmac.new(token.encode(), label + b"\n" + nonce.encode(), hashlib.sha256).hexdigest()
+
+
+def hello_proof(token: str, nonce: str) -> str:
+    """The client's proof that it holds the hub token, for its own ``nonce``."""
+    return _proof(b"taskhub hello", token, nonce)
+
+
+def welcome_proof(token: str, nonce: str) -> str:
+    """The hub's proof that it holds the hub token, answering the client's ``nonce``."""
+    return _proof(b"taskhub welcome", token, nonce)
+
+
+def proves(expected: str, given: object) -> bool:
+    return isinstance(given, str) and hmac.compare_digest(expected.encode(), given.encode())
+
+
 # -- messages ---------------------------------------------------------------------------------
 # One constructor per message; clients and the hub both use them, so a field is spelled once.
 
 
-def hello(token: str, *, protocol: int = HUB_PROTOCOL) -> dict[str, Any]:
-    return {"type": "hello", "protocol": protocol, "token": token}
+def hello(token: str, *, protocol: int = HUB_PROTOCOL, nonce: str | None = None) -> dict[str, Any]:
+    """``hello`` with the token in clear (a person with ``nc``), or, with ``nonce``, a proof of it:
+    what every client library sends, so a listener that is not the hub never learns the token."""
+    if nonce is None:
+        return {"type": "hello", "protocol": protocol, "token": token}
+    return {"type": "hello", "protocol": protocol, "nonce": nonce, "proof": hello_proof(token, nonce)}
 
 
-def welcome(*, board_url: str, board_id: str | None, revision: int | None) -> dict[str, Any]:
-    return {"type": "welcome", "protocol": HUB_PROTOCOL, "board": {"url": board_url, "board_id": board_id}, "revision": revision}
+def welcome(
+    *, board_url: str, board_id: str | None, revision: int | None, proof: str | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": "welcome", "protocol": HUB_PROTOCOL, "board": {"url": board_url, "board_id": board_id},
+        "revision": revision,
+    }
+    if proof is not None:
+        body["proof"] = proof
+    return body
 
 
-def follow(*, after: int | None = None, idle_ms: int | None = None, signals: bool | None = None) -> dict[str, Any]:
+def follow(
+    *,
+    after: int | None = None,
+    idle_ms: int | None = None,
+    signals: bool | None = None,
+    board_id: str | None = None,
+) -> dict[str, Any]:
+    """``board_id``: the board whose history ``after`` comes from (a cursor of another board, or
+    of a history the board replaced by a restore, gets ``reset`` instead of a replay)."""
     message: dict[str, Any] = {"type": "follow"}
     if after is not None:
         message["after"] = after
+    if board_id is not None:
+        message["board_id"] = board_id
     if idle_ms is not None:
         message["idle_ms"] = idle_ms
     if signals is not None:

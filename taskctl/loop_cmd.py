@@ -206,6 +206,8 @@ def hub_stream(
     from services.hub import client
 
     read_token = board_token if callable(board_token) else (lambda: board_token)
+    #: The board the subscriber's cursor comes from, named on resume (a restore starts a new history).
+    history = client.CursorBoard()
 
     async def find_running(board_token: str) -> Any:
         from services.hub.pointer import read_pointer
@@ -225,9 +227,11 @@ def hub_stream(
             raise client.HubError(hp.UNAUTHORIZED, "no board token (the token file is gone?)")
         address = await (client.find_or_start(board_url, board_token) if start_hub else find_running(board_token))
         session = await client.HubSession.connect(address)
+        history.opened(session)
         try:
-            await session.send(hp.follow(after=after, idle_ms=0))
+            await session.send(history.follow(after=after, idle_ms=0))
             while (record := await session.receive()) is not None:
+                history.saw(record)
                 yield record
         finally:
             session.close()

@@ -29,6 +29,7 @@ from shared import knobs
 from shared.paths import BOARD_POINTER, data_dir, runtime_dir
 
 from .client import EXIT_UNAUTHORIZED
+from .descriptors import raise_open_file_limit
 from .files import NotOwned, ensure_private_dir, move_atomic, open_private, restrict_umask
 from .pointer import (
     HubFiles,
@@ -236,6 +237,9 @@ def serve_command(
         **values,
     )
     log.info("hub_starting", pid=os.getpid(), board=resolved, key=files.key, protocol=hp.HUB_PROTOCOL)
+    limit = raise_open_file_limit()
+    if limit is not None:
+        log.info("open_file_limit", soft=limit[1], hard=limit[2], raised_from=limit[0])
     try:
         import uvloop
     except ImportError:

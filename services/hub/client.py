@@ -1,6 +1,10 @@
 """The hub client ``taskctl`` uses: find or start the hub, follow through it, stop it (SPEC §7.1).
 
-Finding: a pointer is trusted only after an authenticated ``ping`` answers on its port.
+Finding: a pointer is trusted only when its pid is a live process of this user and a ``ping``
+answers on its port from a hub that proved it holds the pointer's token: the client sends a fresh
+nonce and an HMAC of it, never the token, and the ``welcome`` must carry the hub's own HMAC of
+the nonce (a hub that died leaves its pointer, and anyone may bind its port). A pointer that fails
+is stale: the owner lock is free, so a new hub is started.
 Starting: whoever takes the owner lock spawns the hub, detached, with the locked descriptor
 inherited and the board token in the child's environment (never argv); everyone else polls for
 the pointer. A hub of another protocol generation is stopped (only when the pointer and the lock
@@ -34,7 +38,7 @@ from shared.ndjson import LineFramer, encode_line
 from shared.paths import runtime_dir as default_runtime_dir
 
 from .files import PRIVATE_UMASK, ensure_private_dir, open_private
-from .pointer import HubFiles, OwnerLock, pid_alive, read_lock_pid, read_pointer
+from .pointer import HubFiles, OwnerLock, pid_alive, process_of_ours, read_lock_pid, read_pointer
 from .process import Backoff
 
 #: How long find-or-start may take before giving up, seconds.
@@ -74,6 +78,10 @@ class HubUnavailable(Exception):
     """No hub could be found, started or reached in time."""
 
 
+class HubNotProven(ConnectionError):
+    """The listener answered ``welcome`` without proving it holds the hub token: not our hub."""
+
+
 @dataclass(frozen=True)
 class HubAddress:
     port: int
@@ -99,8 +107,9 @@ class HubSession:
     async def connect(cls, address: HubAddress, *, timeout: float = PING_TIMEOUT, protocol: int = hp.HUB_PROTOCOL) -> HubSession:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", address.port), timeout)
         session = cls(reader, writer, {})
+        nonce = hp.new_nonce()
         try:
-            await session.send(hp.hello(address.token, protocol=protocol))
+            await session.send(hp.hello(address.token, protocol=protocol, nonce=nonce))
             answer = await asyncio.wait_for(session.receive(), timeout)
         except BaseException:
             session.close()
@@ -114,8 +123,20 @@ class HubSession:
         if answer.get("type") != "welcome":
             session.close()
             raise ConnectionError(f"expected welcome, got {answer.get('type')!r}")
+        if not hp.proves(hp.welcome_proof(address.token, nonce), answer.get("proof")):
+            session.close()
+            raise HubNotProven(
+                f"the listener on 127.0.0.1:{address.port} did not prove it holds the hub token: not this user's hub"
+            )
         session.welcome = answer
         return session
+
+    @property
+    def board_id(self) -> str | None:
+        """The board the hub followed when it said ``welcome`` (None before it reached one)."""
+        board = self.welcome.get("board")
+        board_id = board.get("board_id") if isinstance(board, dict) else None
+        return board_id if isinstance(board_id, str) else None
 
     async def send(self, message: dict[str, Any]) -> None:
         self.writer.write(encode_line(message))
@@ -154,7 +175,12 @@ def hub_files(
 
 
 async def ping(address: HubAddress, *, timeout: float = PING_TIMEOUT) -> dict[str, Any] | None:
-    """``pong`` from the hub at ``address``, or None if nothing trustworthy answers in time."""
+    """``pong`` from the hub at ``address``, or None if nothing trustworthy answers in time.
+
+    Only a live process of this user is asked: another user's (a reused pid) cannot be our hub.
+    """
+    if not process_of_ours(address.pid):
+        return None
     try:
         session = await HubSession.connect(address, timeout=timeout)
     except (TimeoutError, OSError, HubError, ValueError):
@@ -368,6 +394,33 @@ def board_hub_files(runtime: Path, board_url: str, board_token: str | None = Non
 # -- following ------------------------------------------------------------------------------
 
 
+class CursorBoard:
+    """The board a follower's cursor comes from, sent as ``follow.board_id`` when it resumes.
+
+    The records of a session belong to the board its ``welcome`` named; after a ``reset`` the
+    hub may follow another board whose id the stream does not say, so none is claimed until the
+    next session's ``welcome``. Claiming none is safe (the hub then judges by revision alone).
+    """
+
+    def __init__(self) -> None:
+        self.board_id: str | None = None
+        self._session_board: str | None = None
+
+    def opened(self, session: HubSession) -> None:
+        self._session_board = session.board_id
+
+    def follow(self, *, after: int | None, **fields: Any) -> dict[str, Any]:
+        """The ``follow`` request resuming after ``after``, naming its board when known."""
+        return hp.follow(after=after, board_id=self.board_id if after is not None else None, **fields)
+
+    def saw(self, record: dict[str, Any]) -> None:
+        kind = record.get("type")
+        if kind == "reset":
+            self._session_board = self.board_id = None
+        elif kind in ("event", "heartbeat") and isinstance(record.get("revision"), int):
+            self.board_id = self._session_board
+
+
 async def follow(
     board_url: str,
     board_token: str | TokenSource,
@@ -391,6 +444,7 @@ async def follow(
     """
     read_token: TokenSource = board_token if callable(board_token) else (lambda: board_token)
     cursor = after
+    history = CursorBoard()
     ladder = Backoff(reconnect_min, reconnect_max)
     report = on_state or (lambda state: None)
     report("starting")
@@ -409,8 +463,10 @@ async def follow(
                     raise
                 raise HubUnavailable("the board refused the token the hub was started with; it has changed since") from None
             session = await HubSession.connect(address)
-            await session.send(hp.follow(after=cursor, idle_ms=idle_ms))
+            history.opened(session)
+            await session.send(history.follow(after=cursor, idle_ms=idle_ms))
             while (record := await session.receive()) is not None:
+                history.saw(record)
                 kind = record.get("type")
                 if kind == "open":
                     ladder.reset()

@@ -78,6 +78,29 @@ def remove_pointer_if_mine(files: HubFiles, pid: int) -> None:
         files.pointer.unlink(missing_ok=True)
 
 
+def process_of_ours(pid: object) -> bool:
+    """Whether ``pid`` is a live process of this user: only such a pointer can name our hub.
+
+    A hub that was killed leaves its pointer, and its pid may be reused by another user's process.
+    """
+    if not pid_alive(pid):
+        return False
+    assert isinstance(pid, int)
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.geteuid()
+    except OSError:
+        if os.path.isdir("/proc/self"):
+            return False  # gone since
+    # No procfs (macOS): kill(0) tells another user's process by refusing.
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return False  # the kernel says it is another user's (root may signal anyone, so is not told)
+    except OSError:
+        return False
+    return True
+
+
 def read_lock_pid(files: HubFiles) -> int | None:
     """The pid the lock file names (its holder, if that process still holds it)."""
     record = read_json(files.lock)

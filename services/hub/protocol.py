@@ -74,16 +74,23 @@ def _refuse_unknown(message: dict[str, Any], allowed: frozenset[str]) -> None:
 
 
 def validate_follow(message: dict[str, Any]) -> dict[str, Any]:
-    _refuse_unknown(message, frozenset({"after", "idle_ms", "signals"}))
+    _refuse_unknown(message, frozenset({"after", "idle_ms", "signals", "board_id"}))
     idle_ms = _optional_count(message, "idle_ms")
     # The board's ``?signals=0``, one hop on: a follower that only wants facts opts out.
     signals = message.get("signals", True)
     if not isinstance(signals, bool):
         raise RequestInvalid("signals must be true or false", field="signals", value=signals)
+    # The board the cursor belongs to: a cursor of another board, or of a history a restore
+    # replaced, is never replayed from this board's ring.
+    board_id = message.get("board_id")
+    if board_id is not None and (not isinstance(board_id, str) or not 0 < len(board_id) <= hp.MAX_BOARD_ID):
+        raise RequestInvalid(f"board_id must be a string of 1 to {hp.MAX_BOARD_ID} characters or absent",
+                             field="board_id", value=board_id)
     return {
         "after": _optional_count(message, "after"),
         "idle_ms": hp.DEFAULT_IDLE_MS if idle_ms is None else idle_ms,
         "signals": signals,
+        "board_id": board_id,
     }
 
 
@@ -218,7 +225,7 @@ class Session:
         max_line: int = MAX_LINE,
         validators: Mapping[str, Validator] = REQUEST_VALIDATORS,
     ) -> None:
-        self._token = token.encode()
+        self._token = token
         self._framer = LineFramer(max_line)
         self._validators = validators
         self.greeted = False
@@ -325,8 +332,17 @@ class Session:
                     got=protocol,
                 )
             )
-        token = message.get("token")
-        if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self._token):
+        nonce = message.get("nonce")
+        if nonce is not None and not hp.valid_nonce(nonce):
+            return self._close_with(_fatal(hp.UNAUTHORIZED, "nonce must be 32 to 128 lower-case hex digits"))
+        if "proof" in message:
+            # A client library: the token never crosses the wire, only an HMAC of its nonce.
+            proven = nonce is not None and hp.proves(hp.hello_proof(self._token, nonce), message["proof"])
+        else:
+            token = message.get("token")
+            proven = isinstance(token, str) and hmac.compare_digest(token.encode(), self._token.encode())
+        if not proven:
             return self._close_with(_fatal(hp.UNAUTHORIZED, "wrong or missing hub token (see the hub pointer file)"))
         self.greeted = True
-        return [Request("hello")]
+        # The answer proves this end holds the token too: only the hub can compute it.
+        return [Request("hello", {"proof": None if nonce is None else hp.welcome_proof(self._token, nonce)})]

@@ -49,6 +49,7 @@ from shared import hub_protocol as hp
 from shared.ndjson import encode_line
 
 from .board_link import BoardLink
+from .histories import ReplacedHistories
 from .protocol import Close, Request, Send, Session
 from .registrations import Refused, Registrations, Watcher, WatchSettings
 from .ring import Ring
@@ -73,6 +74,8 @@ WRITE_HIGH_WATER = 64 * 1024
 KEEPALIVE_IDLE = 5
 KEEPALIVE_INTERVAL = 1
 KEEPALIVE_COUNT = 3
+#: At most one ``connections_dropped_before_hello`` log line per this many seconds.
+DROP_LOG_INTERVAL = 5.0
 #: Heartbeat interval once a follower has half-closed, seconds: a write is the only way to learn
 #: whether the peer is still there (data after a close is answered with RST, RFC 1122 §4.2.2.13).
 HALF_CLOSED_PROBE = 1.0
@@ -105,6 +108,8 @@ class Hub:
         #: The hub's own per-process token, published in the pointer (never the board token).
         self.token = token or "th_" + secrets.token_hex(24)
         self.ring = Ring(settings.ring_size)
+        #: Revision ranges of histories the board replaced (restores): never replayed across.
+        self.histories = ReplacedHistories()
         self.board_id: str | None = None
         #: The newest board revision seen; None until the board first answers.
         self.revision: int | None = None
@@ -130,6 +135,11 @@ class Hub:
         )
         self.connections: set[Connection] = set()
         self.followers: set[Connection] = set()
+        #: Connections that have not said hello yet, oldest first (a dict keeps insertion order).
+        self._awaiting_hello: dict[Connection, None] = {}
+        #: Connections closed unheard because too many others were waiting for their hello.
+        self.dropped_before_hello = 0
+        self._drop_logged_at = float("-inf")
         self.port = 0
         self.started_at = time.time()
         self.stopped = asyncio.Event()
@@ -259,32 +269,67 @@ class Hub:
             return
         enable_keepalive(writer.get_extra_info("socket"))
         connection = Connection(self, reader, writer)
+        self._admit(connection)
         self.connections.add(connection)
         self._arm_idle_exit()
         try:
             await connection.run()
         finally:
+            self._awaiting_hello.pop(connection, None)
             self.connections.discard(connection)
             self.followers.discard(connection)
             if connection.watcher is not None:
                 self.registrations.session_closed(connection.watcher)
             self._arm_idle_exit()
 
-    def welcome(self) -> dict[str, Any]:
-        return hp.welcome(board_url=self.board_url, board_id=self.board_id, revision=self.revision)
+    def _admit(self, connection: Connection) -> None:
+        """Hold ``connection`` until its hello, dropping the oldest unheard ones past the cap.
+
+        Any local user can connect without a token, and each connection costs a descriptor for
+        up to ``hello_timeout``; bounded, they can never take the descriptors the owner's own
+        sessions need. The owner's hello comes with its connect, so it is read before it ages.
+        """
+        awaiting = self._awaiting_hello
+        dropped = 0
+        while len(awaiting) >= self.settings.max_awaiting_hello:
+            oldest = next(iter(awaiting))
+            del awaiting[oldest]
+            oldest.abort()
+            dropped += 1
+        awaiting[connection] = None
+        if dropped:
+            self.dropped_before_hello += dropped
+            now = self._loop.time()
+            if now - self._drop_logged_at >= DROP_LOG_INTERVAL:
+                self._drop_logged_at = now
+                log.warning("connections_dropped_before_hello", dropped_total=self.dropped_before_hello,
+                            awaiting=len(awaiting), limit=self.settings.max_awaiting_hello)
+
+    def welcome(self, connection: Connection, proof: str | None = None) -> dict[str, Any]:
+        self._awaiting_hello.pop(connection, None)
+        return hp.welcome(board_url=self.board_url, board_id=self.board_id, revision=self.revision, proof=proof)
 
     def pong(self) -> dict[str, Any]:
         return hp.pong(revision=self.revision, clients=self.clients, registrations=self.registrations.count())
 
-    def start_follow(self, connection: Connection, after: int | None, idle_ms: int, *, signals: bool = True) -> None:
-        """Open a follow stream: replay from the ring when it covers ``after``, else live."""
+    def start_follow(
+        self, connection: Connection, after: int | None, idle_ms: int, *, signals: bool = True,
+        board_id: str | None = None,
+    ) -> None:
+        """Open a follow stream: replay from the ring when it covers ``after`` (of this board's
+        current history), else live."""
         connection.begin_follow(idle_ms)
         connection.wants_signals = signals
+        connection.cursor_board_id = board_id if after is not None else None
         head = self.revision
         if after is None or head is None:
             # Live; before the board first answers, ``after`` is checked at first contact.
             connection.cursor = after if head is None else head
             connection.send(hp.open_(revision=head, replay="live"))
+        elif (void := self._other_history(after, board_id)) is not None:
+            connection.send(hp.open_(revision=head, replay="live"))
+            connection.send(hp.reset(reason=void, revision=head))
+            connection.cursor = head
         elif after > head:
             connection.send(hp.open_(revision=head, replay="live"))
             connection.send(hp.reset(reason=hp.RESET_CURSOR_AHEAD, revision=head))
@@ -299,6 +344,12 @@ class Hub:
             connection.cursor = head
         self.followers.add(connection)
 
+    def _other_history(self, after: int, board_id: str | None) -> str | None:
+        """The reset reason when ``after`` is not a revision of the board's current history."""
+        if board_id is not None and board_id != self.board_id:
+            return hp.RESET_BOARD_CHANGED
+        return self.histories.reset_reason(after, board_id)
+
     # -- the board link's sink ----------------------------------------------------------------
 
     def board_contact(self, board_id: str, head: int) -> None:
@@ -307,7 +358,9 @@ class Hub:
         self.ring.restart(head)
         for connection in self.followers:
             cursor = connection.cursor
-            if cursor is not None and cursor != head:
+            if connection.cursor_board_id not in (None, board_id):
+                connection.push_reset(hp.RESET_BOARD_CHANGED, head)  # a cursor of another board
+            elif cursor is not None and cursor != head:
                 # Followers that asked before the board answered: a gap we cannot replay.
                 reason = hp.RESET_CURSOR_AHEAD if cursor > head else hp.RESET_RING
                 connection.push_reset(reason, head)
@@ -315,6 +368,9 @@ class Hub:
 
     def board_reset(self, reason: str, board_id: str, head: int) -> None:
         self.board_flush()
+        if reason in (hp.RESET_BOARD_CHANGED, hp.RESET_BOARD_CURSOR_AHEAD):
+            # A restore: the old history's revisions above ``head`` will name other rows now.
+            self.histories.replaced(base=head, upto=self.revision, board_id=self.board_id, reason=reason)
         self.board_id, self.revision = board_id, head
         self.ring.restart(head)
         for connection in self.followers:
@@ -455,6 +511,8 @@ class Connection:
         # Follow state.
         self.following = False
         self.cursor: int | None = None
+        #: The board the follower said its cursor belongs to (``follow.board_id``), if it did.
+        self.cursor_board_id: str | None = None
         self.lagging = False
         #: Whether this follow stream carries ``signal`` records (``follow {signals: false}`` opts out).
         self.wants_signals = True
@@ -464,10 +522,10 @@ class Connection:
         #: The foreground card-brief watch this session carries, if any.
         self.watcher: Watcher | None = None
         self._dispatch: dict[str, Callable[[dict[str, Any]], None]] = {
-            "hello": lambda fields: self.send(hub.welcome()),
+            "hello": lambda fields: self.send(hub.welcome(self, fields["proof"])),
             "ping": lambda fields: self.send(hub.pong()),
             "follow": lambda fields: hub.start_follow(self, fields["after"], fields["idle_ms"],
-                                                      signals=fields["signals"]),
+                                                      signals=fields["signals"], board_id=fields["board_id"]),
         }
         # Served in order: the reader waits for each, so answers keep the order of the requests.
         self._async_dispatch: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {

@@ -45,6 +45,8 @@ class HubSettings:
     ring_size: int = knob(hp.RING_SIZE, env="TASKLOOM_HUB_RING_SIZE", type=click.IntRange(min=1), hidden=True,
                           help="Event lines kept for replay.")
     max_line: int = MAX_LINE
+    #: Connections waiting for their hello at once; a new one past this drops the oldest.
+    max_awaiting_hello: int = hp.MAX_AWAITING_HELLO
     max_pending: int = MAX_PENDING
     reconnect_min: float = knob(hp.RECONNECT_MIN, env="TASKLOOM_HUB_RECONNECT_MIN", type=SECONDS, hidden=True,
                                 help="First step of the board reconnect ladder, seconds.")

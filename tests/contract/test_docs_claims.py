@@ -292,6 +292,8 @@ def test_the_hub_constants_are_the_stated_ones() -> None:
     assert MAX_LINE == limits.HUB_MAX_LINE == int(line_cap) << 20 == number(exact)
     (hello,) = stated("docs/hub-protocol.md", r"Within \*\*(\d+) s\*\* send `hello`")
     assert hp.HELLO_TIMEOUT == number(hello) == option(HUB_SERVE, "--hello-timeout").default
+    (awaiting,) = stated("docs/hub-protocol.md", r"At most\s+\*\*(\d+)\*\*\s+connections may be waiting for their `hello`")
+    assert hp.MAX_AWAITING_HELLO == int(awaiting)
     (idle_exit,) = stated("docs/hub-protocol.md", r"The hub exits after (\d+) minutes with no connection and no registration")
     assert hp.IDLE_EXIT == number(idle_exit) * 60 == option(HUB_SERVE, "--idle-exit").default
     (idle_ms,) = stated("docs/hub-protocol.md", r"end the stream after this long without an `event`; default `(\d+)`")

@@ -18,7 +18,7 @@ def line(message: object) -> bytes:
 
 def greeted() -> Session:
     session = Session(TOKEN)
-    assert session.feed(line(hp.hello(TOKEN))) == [Request("hello")]
+    assert session.feed(line(hp.hello(TOKEN))) == [Request("hello", {"proof": None})]
     return session
 
 
@@ -33,14 +33,51 @@ def test_hello_then_requests() -> None:
     assert session.greeted
     assert session.feed(line({"type": "ping"})) == [Request("ping")]
     assert session.feed(line({"type": "follow", "after": 7, "idle_ms": 0})) == [
-        Request("follow", {"after": 7, "idle_ms": 0, "signals": True})
+        Request("follow", {"after": 7, "idle_ms": 0, "signals": True, "board_id": None})
     ]
+
+
+def test_a_hello_with_a_nonce_proves_the_token_without_sending_it_and_is_answered_with_the_hubs_proof() -> None:
+    """A client library sends an HMAC of its nonce, never the token (a listener that is not the
+    hub must not learn it), and the welcome's proof is one only a holder of the token computes."""
+    nonce = hp.new_nonce()
+    hello = hp.hello(TOKEN, nonce=nonce)
+    assert "token" not in hello and TOKEN not in orjson.dumps(hello).decode()
+    assert Session(TOKEN).feed(line(hello)) == [Request("hello", {"proof": hp.welcome_proof(TOKEN, nonce)})]
+    assert hp.welcome_proof(TOKEN, nonce) != hp.hello_proof(TOKEN, nonce)  # no reflecting a proof back
+    # A person with nc may add a nonce to the clear token and check the answer too.
+    clear = {**hp.hello(TOKEN), "nonce": nonce}
+    assert Session(TOKEN).feed(line(clear)) == [Request("hello", {"proof": hp.welcome_proof(TOKEN, nonce)})]
+
+
+def test_a_wrong_proof_or_a_malformed_nonce_is_unauthorized() -> None:
+    nonce = hp.new_nonce()
+    for hello in (
+        hp.hello("th_other", nonce=nonce),
+        {**hp.hello(TOKEN, nonce=nonce), "nonce": hp.new_nonce()},  # a proof of another nonce
+        {"type": "hello", "protocol": hp.HUB_PROTOCOL, "proof": hp.hello_proof(TOKEN, nonce)},  # no nonce
+        {**hp.hello(TOKEN), "nonce": "short"},
+        {**hp.hello(TOKEN), "nonce": 7},
+    ):
+        session = Session(TOKEN)
+        actions = session.feed(line(hello))
+        assert error_code(actions) == hp.UNAUTHORIZED and actions[-1] == Close(hp.UNAUTHORIZED), hello
+        assert not session.greeted
+
+
+def test_follow_may_name_the_board_of_its_cursor() -> None:
+    session = greeted()
+    assert session.feed(line(hp.follow(after=3, board_id="brd_1"))) == [
+        Request("follow", {"after": 3, "idle_ms": hp.DEFAULT_IDLE_MS, "signals": True, "board_id": "brd_1"})
+    ]
+    for bad in ("", 7, "b" * (hp.MAX_BOARD_ID + 1)):
+        assert error_code(greeted().feed(line({"type": "follow", "after": 3, "board_id": bad}))) == hp.VALIDATION_FAILED
 
 
 def test_follow_defaults_idle_to_45_s() -> None:
     session = greeted()
     assert session.feed(line({"type": "follow"})) == [
-        Request("follow", {"after": None, "idle_ms": hp.DEFAULT_IDLE_MS, "signals": True})
+        Request("follow", {"after": None, "idle_ms": hp.DEFAULT_IDLE_MS, "signals": True, "board_id": None})
     ]
 
 
