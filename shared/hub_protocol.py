@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 #: The protocol generation. A peer of another generation is refused, never half-understood;
 #: a client that finds a hub of another generation replaces it (SPEC §7.1).
-HUB_PROTOCOL: Final = 1
+HUB_PROTOCOL: Final = 2
 
 #: Version of the ``hub-<key>.json`` pointer record.
 POINTER_VERSION: Final = 1

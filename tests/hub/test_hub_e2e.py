@@ -53,7 +53,7 @@ async def test_nc_completes_hello_follow_ping(hub: Hub, board: RunningBoard, cli
 
 
 async def test_nc_with_a_wrong_token_is_told_and_closed(hub: Hub, board: RunningBoard) -> None:
-    lines = await nc(hub.port, '{"type":"hello","protocol":1,"token":"guess"}\n{"type":"ping"}\n')
+    lines = await nc(hub.port, '{"type":"hello","protocol":2,"token":"guess"}\n{"type":"ping"}\n')
     assert [(line["type"], line.get("code")) for line in lines] == [("error", hp.UNAUTHORIZED)]
 
 

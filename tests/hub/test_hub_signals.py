@@ -184,7 +184,7 @@ async def test_the_documented_nc_session_sees_a_signal(hub: Hub, board: RunningB
     assert nc, "the hub tests need nc (Debian: apt-get install netcat-openbsd)"
     blocker, card = await make_task(client), await make_task(client)
     await hub_caught_up(hub, board)
-    typed = f'{{"type":"hello","protocol":1,"token":"{hub.token}"}}\n{{"type":"follow","idle_ms":1500}}\n'
+    typed = f'{{"type":"hello","protocol":2,"token":"{hub.token}"}}\n{{"type":"follow","idle_ms":1500}}\n'
     process = await asyncio.create_subprocess_exec(
         nc, "-N", "127.0.0.1", str(hub.port), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )

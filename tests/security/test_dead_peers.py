@@ -36,7 +36,7 @@ FOLLOWER = r"""
 import json, socket, sys
 port, token = int(sys.argv[1]), sys.argv[2]
 sock = socket.create_connection(("127.0.0.1", port))
-sock.sendall((json.dumps({"type": "hello", "protocol": 1, "token": token}) + "\n"
+sock.sendall((json.dumps({"type": "hello", "protocol": 2, "token": token}) + "\n"
               + json.dumps({"type": "follow", "idle_ms": 0}) + "\n").encode())
 buffer = b""
 while b'"open"' not in buffer:

@@ -100,7 +100,7 @@ def hub(board: TaskdProcess, tmp_path: Path) -> Iterator[dict[str, Any]]:
 
 def session(hub: dict[str, Any]) -> Line:
     line = Line(hub["port"])
-    welcome = line.ask({"type": "hello", "protocol": 1, "token": hub["token"]})
+    welcome = line.ask({"type": "hello", "protocol": 2, "token": hub["token"]})
     assert welcome["type"] == "welcome", welcome
     return line
 

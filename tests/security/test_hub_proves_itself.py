@@ -51,7 +51,7 @@ def serve(conn):
             print("GOT " + line.decode(), flush=True)
             message = json.loads(line)
             if message.get("type") == "hello":
-                answer = {"type": "welcome", "protocol": 1, "board": {"url": "", "board_id": None},
+                answer = {"type": "welcome", "protocol": 2, "board": {"url": "", "board_id": None},
                           "revision": None, "proof": "0" * 64}
             elif message.get("type") == "ping":
                 answer = {"type": "pong", "revision": None, "clients": 1, "registrations": 0}
