@@ -17,7 +17,7 @@ import click
 
 from shared import limits
 from shared.domain import CLAIM_FRESH_SECONDS, CLAIM_STALE_SECONDS, ROLE_WORDS
-from shared.knobs import Knob, knob, table
+from shared.knobs import Knob, Seconds, knob, table
 from shared.paths import BOARD_PORT
 
 from . import auth
@@ -57,7 +57,7 @@ class ActorParam(_ActorParamBase):
         return Actor(kind, actor_id)
 
 
-SECONDS = click.FloatRange(min=0.01)
+SECONDS = Seconds(min=0.01)
 #: ``taskd serve --durability``: the values of SQLite's ``synchronous`` pragma offered.
 DURABILITY_LEVELS: Final = ("full", "normal")
 
@@ -91,15 +91,15 @@ class BoardSettings:
     )
     #: The claim windows of SPEC §4.2: fresh (others get 409), then only the holder, then anyone.
     claim_fresh_seconds: float = knob(
-        float(CLAIM_FRESH_SECONDS), env="TASKLOOM_BOARD_CLAIM_FRESH", flag="--claim-fresh", type=click.FloatRange(min=0),
+        float(CLAIM_FRESH_SECONDS), env="TASKLOOM_BOARD_CLAIM_FRESH", flag="--claim-fresh", type=Seconds(min=0),
         help="Seconds after its last heartbeat that a claim is fresh (others get 409 EXECUTION_ACTIVE).",
     )
     claim_stale_seconds: float = knob(
-        float(CLAIM_STALE_SECONDS), env="TASKLOOM_BOARD_CLAIM_STALE", flag="--claim-stale", type=click.FloatRange(min=0),
+        float(CLAIM_STALE_SECONDS), env="TASKLOOM_BOARD_CLAIM_STALE", flag="--claim-stale", type=Seconds(min=0),
         help="Seconds after its last heartbeat that anyone may take a claim (an audited steal).",
     )
     archive_quiet_seconds: float = knob(
-        0.0, env="TASKLOOM_BOARD_ARCHIVE_QUIET", flag="--archive-quiet", type=click.FloatRange(min=0), hidden=True,
+        0.0, env="TASKLOOM_BOARD_ARCHIVE_QUIET", flag="--archive-quiet", type=Seconds(min=0), hidden=True,
         help="Seconds a task must have been quiet before it may be archived.",
     )
     #: Connection deadlines, seconds (services/board/connections.py): idle keep-alive, a request
@@ -117,11 +117,11 @@ class BoardSettings:
     #: The browser session's sliding idle limit and its absolute limit (auth.py).
     session_idle_seconds: float = knob(
         auth.SESSION_IDLE_SECONDS, env="TASKLOOM_BOARD_SESSION_IDLE", flag="--session-idle",
-        type=click.FloatRange(min=1), help="Seconds a browser session may go unused before the board refuses it.",
+        type=Seconds(min=1), help="Seconds a browser session may go unused before the board refuses it.",
     )
     session_absolute_seconds: float = knob(
         auth.SESSION_ABSOLUTE_SECONDS, env="TASKLOOM_BOARD_SESSION_MAX_AGE", flag="--session-max-age",
-        type=click.FloatRange(min=1), help="Seconds after its login that any browser session ends.",
+        type=Seconds(min=1), help="Seconds after its login that any browser session ends.",
     )
     #: SQLite's ``synchronous`` pragma: ``full`` fsyncs the WAL at every commit (group commit pays
     #: it once per batch), so an acknowledged write survives a power cut; ``normal`` may lose the
