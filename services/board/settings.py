@@ -21,7 +21,7 @@ from shared.knobs import Knob, Seconds, knob, table
 from shared.paths import BOARD_PORT
 
 from . import auth
-from .store import Actor
+from .store import Actor, StoreUnreachable
 
 #: The only default kind of a default actor, as for a client that names none (SPEC §4.1).
 HUMAN: Final = "human"
@@ -57,6 +57,46 @@ class ActorParam(_ActorParamBase):
         return Actor(kind, actor_id)
 
 
+if TYPE_CHECKING:
+    _TextParamBase = click.ParamType[str]
+else:
+    _TextParamBase = click.ParamType
+
+
+class HostParam(_TextParamBase):
+    """The address to bind. An empty one (``--host "$UNSET"``) would bind every interface, the
+    opposite of the loopback default, and publish ``http://:PORT``: every interface is said as
+    ``0.0.0.0`` or ``::``."""
+
+    name = "host"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text.strip():
+            self.fail("is empty: name the address to bind (0.0.0.0 or :: for every interface)", param, ctx)
+        return text
+
+
+class DatabaseUrlParam(_TextParamBase):
+    """A ``postgresql://`` URL, checked as the option is read: an empty one (``--database
+    "$UNSET"``) would otherwise serve a new, empty board.sqlite instead of the database meant."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text.strip():
+            self.fail("is empty: give a postgresql://host:port/dbname URL, or leave the option out for "
+                      "board.sqlite in the data directory", param, ctx)
+        from .postgres_store import check_url  # psycopg is loaded only by a board that uses it
+
+        try:
+            check_url(text)
+        except StoreUnreachable as exc:
+            self.fail(str(exc), param, ctx)
+        return text
+
+
 SECONDS = Seconds(min=0.01)
 #: ``taskd serve --durability``: the values of SQLite's ``synchronous`` pragma offered.
 DURABILITY_LEVELS: Final = ("full", "normal")
@@ -65,7 +105,8 @@ DURABILITY_LEVELS: Final = ("full", "normal")
 @dataclass(frozen=True)
 class BoardSettings:
     data_dir: Path
-    host: str = knob("127.0.0.1", env="TASKLOOM_BOARD_HOST", help="Address to bind (loopback by default).")
+    host: str = knob("127.0.0.1", env="TASKLOOM_BOARD_HOST", type=HostParam(),
+                     help="Address to bind (loopback by default; 0.0.0.0 or :: for every interface).")
     port: int = knob(BOARD_PORT, env="TASKLOOM_BOARD_PORT", type=click.IntRange(0, 65535), help="0 picks a free port.")
     #: Extra Host header names accepted besides loopback (the DNS-rebinding guard).
     allowed_hosts: tuple[str, ...] = knob(
@@ -137,7 +178,7 @@ class BoardSettings:
     )
 
     database: str | None = knob(
-        None, env="TASKLOOM_DATABASE_URL", metavar="URL",
+        None, env="TASKLOOM_DATABASE_URL", type=DatabaseUrlParam(), metavar="URL",
         help="postgresql://… URL: serve that PostgreSQL database (several boards may serve one) instead of "
              "board.sqlite in the data directory.",
     )
