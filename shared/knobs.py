@@ -14,6 +14,7 @@ cannot take the board's port. Pure: no I/O, click is only how the table is read 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypeVar
 
@@ -30,6 +31,23 @@ METADATA_KEY: Final = "taskloom.knob"
 SHARED_ENV: Final = frozenset({
     "TASKLOOM_DATA_DIR", "TASKLOOM_RUNTIME_DIR", "TASKLOOM_URL", "TASKLOOM_TOKEN", "TASKLOOM_DATABASE_URL",
 })
+
+
+class Seconds(click.FloatRange):
+    """A time knob: a range of seconds that also refuses ``nan`` and ``inf`` (in any spelling).
+
+    A NaN compares false with every bound, so a plain ``FloatRange`` lets it through, to fail
+    later in ``call_later`` or to make a deadline that never comes; every time option of every
+    process uses this type instead.
+    """
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return number
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,12 +31,13 @@ from .pointer import remove_pointer_if_mine, write_pointer
 from .process import ShutdownSignals, configure_logging, exit_forced
 from .settings import SERVE_KNOBS, BoardSettings
 from .sqlite_store import migrate, verify_triggers
-from .store import SchemaDamaged, SchemaTooNew, StoreUnreachable
+from .store import MigrationFailed, SchemaDamaged, SchemaTooNew, StoreUnreachable
 
 #: What the board keeps in its data directory, made owner-only at every start (docs/security.md).
-DATA_FILES = (
-    "board.sqlite", "board.sqlite-wal", "board.sqlite-shm", "board.sqlite-journal", "token", LOCK_FILE,
-)
+DATABASE_FILE = "board.sqlite"
+#: SQLite's files beside the database: part of it (https://www.sqlite.org/tempfiles.html).
+DATABASE_SIBLINGS = tuple(f"{DATABASE_FILE}{suffix}" for suffix in ("-wal", "-shm", "-journal"))
+DATA_FILES = (DATABASE_FILE, *DATABASE_SIBLINGS, "token", LOCK_FILE)
 DATA_DIRS = ("logs", "attachments")
 #: What the board and ``taskctl``'s autostart keep in the runtime directory.
 RUNTIME_FILES = (BOARD_POINTER, "board-start.lock")
@@ -211,6 +212,12 @@ def serve_command(*, data_dir: Path | None, repair_schema: bool, **params: Any) 
         asyncio.run(serve(settings, lock=lock, startup=startup))
     except (SchemaTooNew, SchemaDamaged, DataDirBusy, NotOwned) as exc:
         raise click.ClickException(str(exc)) from exc
+    except MigrationFailed as exc:
+        # One line naming the script and the reason: the pending scripts are one transaction, so
+        # the database is still at the version it had, and the data directory as this start found it.
+        _remove_new_entries(directory, found)
+        where = settings.database_label
+        raise click.ClickException(f"cannot upgrade the board's database ({where}): {exc}") from None
     except StoreUnreachable as exc:
         # The PostgreSQL server named by --database cannot be reached: one line, host and port, exit 1.
         raise click.ClickException(str(exc)) from None
@@ -244,17 +251,37 @@ def _entries(directory: Path) -> set[str] | None:
 
 
 def _remove_new_entries(directory: Path, found: set[str] | None) -> None:
-    """Undo a failed start: what it created in ``directory`` (or ``directory`` itself) goes."""
+    """Undo a failed start: what it created in ``directory`` (or ``directory`` itself) goes.
+
+    Except the siblings of a database that was already there: its ``-wal`` can hold committed
+    pages a failed checkpoint has half copied into the file (deleting it corrupts the file), and
+    its ``-journal`` is what undoes a half-written transaction. Only an empty one holds nothing.
+    A database this start created goes with all of them (a stale WAL must not meet a new file).
+    """
     if found is None:
         shutil.rmtree(directory, ignore_errors=True)
         return
+    database_was_there = DATABASE_FILE in found
     for entry in directory.iterdir():
         if entry.name in found:
+            continue
+        if database_was_there and entry.name in DATABASE_SIBLINGS and not _empty_database_sibling(directory, entry):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
+
+
+def _empty_database_sibling(directory: Path, entry: Path) -> bool:
+    """An empty ``-wal`` or ``-journal``, or a ``-shm`` beside no WAL frames: nothing of the database."""
+    try:
+        if entry.name.endswith("-shm"):
+            wal = directory / f"{DATABASE_FILE}-wal"
+            return not wal.exists() or wal.stat().st_size == 0
+        return entry.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def _describe(exc: OSError | sqlite3.Error) -> str:

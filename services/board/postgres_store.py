@@ -56,6 +56,7 @@ from .store import (
     Actor,
     BatchFrames,
     Handed,
+    MigrationFailed,
     SchemaTooNew,
     SecretChanged,
     StoreUnreachable,
@@ -138,15 +139,21 @@ def check_url(url: str) -> None:
         raise StoreUnreachable(f"--database takes a postgresql://host:port/dbname URL, not {url.split(':', 1)[0]!r}")
 
 
-def migrations() -> list[tuple[int, str]]:
-    """The numbered PostgreSQL migration scripts shipped with this code, in order."""
+def migration_files() -> list[tuple[int, str, str]]:
+    """The numbered PostgreSQL migration scripts shipped with this code, in order: number, file
+    name, text."""
     folder = resources.files("services.board") / "migrations" / "postgresql"
     scripts = []
     for entry in folder.iterdir():
         if entry.is_file() and entry.name.endswith(".sql"):
-            scripts.append((int(entry.name.split("_", 1)[0]), entry.read_text(encoding="utf-8")))
+            scripts.append((int(entry.name.split("_", 1)[0]), entry.name, entry.read_text(encoding="utf-8")))
     scripts.sort()
     return scripts
+
+
+def migrations() -> list[tuple[int, str]]:
+    """The numbered PostgreSQL migration scripts shipped with this code, in order."""
+    return [(number, script) for number, _, script in migration_files()]
 
 
 def schema_version() -> int:
@@ -350,24 +357,36 @@ def migrate(url: str) -> None:
     """Create or upgrade the schema; a newer one is refused before anything is written.
 
     Each file records its own version (its last statement), so applying the files with ``psql``
-    gives the same database. Each runs in one transaction under an advisory lock, re-reading the
-    version there, so two processes starting on one fresh database apply every file once.
+    gives the same database. Every pending file runs in one transaction under an advisory lock,
+    the version re-read there: two processes starting on one database apply every file once, and
+    a file the server refuses (a role without the rights an upgrade needs, an object already
+    there) leaves the database at the version it had (:class:`MigrationFailed`).
     """
     latest = schema_version()
     check_url(url)
     with connect(url) as conn:
         _refuse_newer(url, current_version(conn), latest)
-        for number, script in migrations():
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-                current = current_version(conn)
-                _refuse_newer(url, current, latest)
-                if number > current:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            current = current_version(conn)
+            _refuse_newer(url, current, latest)
+            pending = [(number, name, script) for number, name, script in migration_files() if number > current]
+            for _, name, script in pending:
+                try:
                     conn.execute(script.encode())  # no parameters: one simple-protocol script
-        conn.execute(
-            "INSERT INTO board_meta (key, value) VALUES ('board_id', %s) ON CONFLICT (key) DO NOTHING",
-            (f"brd_{secrets.token_hex(8)}",),
-        )
+                except psycopg.Error as exc:
+                    raise MigrationFailed(f"migration {name}", current, server_message(exc)) from exc
+            conn.execute(
+                "INSERT INTO board_meta (key, value) VALUES ('board_id', %s) ON CONFLICT (key) DO NOTHING",
+                (f"brd_{secrets.token_hex(8)}",),
+            )
+
+
+def server_message(exc: psycopg.Error) -> str:
+    """The server's message in one line, with its hint (what to grant, for a refused upgrade)."""
+    diag = exc.diag
+    primary = diag.message_primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{primary} (hint: {diag.message_hint})" if diag.message_hint else primary
 
 
 # -- errors -----------------------------------------------------------------------------------------

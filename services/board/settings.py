@@ -17,11 +17,11 @@ import click
 
 from shared import limits
 from shared.domain import CLAIM_FRESH_SECONDS, CLAIM_STALE_SECONDS, ROLE_WORDS
-from shared.knobs import Knob, knob, table
+from shared.knobs import Knob, Seconds, knob, table
 from shared.paths import BOARD_PORT
 
 from . import auth
-from .store import Actor
+from .store import Actor, StoreUnreachable
 
 #: The only default kind of a default actor, as for a client that names none (SPEC §4.1).
 HUMAN: Final = "human"
@@ -57,7 +57,47 @@ class ActorParam(_ActorParamBase):
         return Actor(kind, actor_id)
 
 
-SECONDS = click.FloatRange(min=0.01)
+if TYPE_CHECKING:
+    _TextParamBase = click.ParamType[str]
+else:
+    _TextParamBase = click.ParamType
+
+
+class HostParam(_TextParamBase):
+    """The address to bind. An empty one (``--host "$UNSET"``) would bind every interface, the
+    opposite of the loopback default, and publish ``http://:PORT``: every interface is said as
+    ``0.0.0.0`` or ``::``."""
+
+    name = "host"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text.strip():
+            self.fail("is empty: name the address to bind (0.0.0.0 or :: for every interface)", param, ctx)
+        return text
+
+
+class DatabaseUrlParam(_TextParamBase):
+    """A ``postgresql://`` URL, checked as the option is read: an empty one (``--database
+    "$UNSET"``) would otherwise serve a new, empty board.sqlite instead of the database meant."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text.strip():
+            self.fail("is empty: give a postgresql://host:port/dbname URL, or leave the option out for "
+                      "board.sqlite in the data directory", param, ctx)
+        from .postgres_store import check_url  # psycopg is loaded only by a board that uses it
+
+        try:
+            check_url(text)
+        except StoreUnreachable as exc:
+            self.fail(str(exc), param, ctx)
+        return text
+
+
+SECONDS = Seconds(min=0.01)
 #: ``taskd serve --durability``: the values of SQLite's ``synchronous`` pragma offered.
 DURABILITY_LEVELS: Final = ("full", "normal")
 
@@ -65,7 +105,8 @@ DURABILITY_LEVELS: Final = ("full", "normal")
 @dataclass(frozen=True)
 class BoardSettings:
     data_dir: Path
-    host: str = knob("127.0.0.1", env="TASKLOOM_BOARD_HOST", help="Address to bind (loopback by default).")
+    host: str = knob("127.0.0.1", env="TASKLOOM_BOARD_HOST", type=HostParam(),
+                     help="Address to bind (loopback by default; 0.0.0.0 or :: for every interface).")
     port: int = knob(BOARD_PORT, env="TASKLOOM_BOARD_PORT", type=click.IntRange(0, 65535), help="0 picks a free port.")
     #: Extra Host header names accepted besides loopback (the DNS-rebinding guard).
     allowed_hosts: tuple[str, ...] = knob(
@@ -91,15 +132,15 @@ class BoardSettings:
     )
     #: The claim windows of SPEC §4.2: fresh (others get 409), then only the holder, then anyone.
     claim_fresh_seconds: float = knob(
-        float(CLAIM_FRESH_SECONDS), env="TASKLOOM_BOARD_CLAIM_FRESH", flag="--claim-fresh", type=click.FloatRange(min=0),
+        float(CLAIM_FRESH_SECONDS), env="TASKLOOM_BOARD_CLAIM_FRESH", flag="--claim-fresh", type=Seconds(min=0),
         help="Seconds after its last heartbeat that a claim is fresh (others get 409 EXECUTION_ACTIVE).",
     )
     claim_stale_seconds: float = knob(
-        float(CLAIM_STALE_SECONDS), env="TASKLOOM_BOARD_CLAIM_STALE", flag="--claim-stale", type=click.FloatRange(min=0),
+        float(CLAIM_STALE_SECONDS), env="TASKLOOM_BOARD_CLAIM_STALE", flag="--claim-stale", type=Seconds(min=0),
         help="Seconds after its last heartbeat that anyone may take a claim (an audited steal).",
     )
     archive_quiet_seconds: float = knob(
-        0.0, env="TASKLOOM_BOARD_ARCHIVE_QUIET", flag="--archive-quiet", type=click.FloatRange(min=0), hidden=True,
+        0.0, env="TASKLOOM_BOARD_ARCHIVE_QUIET", flag="--archive-quiet", type=Seconds(min=0), hidden=True,
         help="Seconds a task must have been quiet before it may be archived.",
     )
     #: Connection deadlines, seconds (services/board/connections.py): idle keep-alive, a request
@@ -117,11 +158,11 @@ class BoardSettings:
     #: The browser session's sliding idle limit and its absolute limit (auth.py).
     session_idle_seconds: float = knob(
         auth.SESSION_IDLE_SECONDS, env="TASKLOOM_BOARD_SESSION_IDLE", flag="--session-idle",
-        type=click.FloatRange(min=1), help="Seconds a browser session may go unused before the board refuses it.",
+        type=Seconds(min=1), help="Seconds a browser session may go unused before the board refuses it.",
     )
     session_absolute_seconds: float = knob(
         auth.SESSION_ABSOLUTE_SECONDS, env="TASKLOOM_BOARD_SESSION_MAX_AGE", flag="--session-max-age",
-        type=click.FloatRange(min=1), help="Seconds after its login that any browser session ends.",
+        type=Seconds(min=1), help="Seconds after its login that any browser session ends.",
     )
     #: SQLite's ``synchronous`` pragma: ``full`` fsyncs the WAL at every commit (group commit pays
     #: it once per batch), so an acknowledged write survives a power cut; ``normal`` may lose the
@@ -137,7 +178,7 @@ class BoardSettings:
     )
 
     database: str | None = knob(
-        None, env="TASKLOOM_DATABASE_URL", metavar="URL",
+        None, env="TASKLOOM_DATABASE_URL", type=DatabaseUrlParam(), metavar="URL",
         help="postgresql://… URL: serve that PostgreSQL database (several boards may serve one) instead of "
              "board.sqlite in the data directory.",
     )

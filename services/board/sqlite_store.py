@@ -21,6 +21,7 @@ from shared.errors import TaskloomError
 from .dialect import statement_code
 from .store import (
     Actor,
+    MigrationFailed,
     SchemaDamaged,
     SchemaTooNew,
     Tx,
@@ -45,16 +46,21 @@ UNAVAILABLE_CODES = frozenset({
 })
 
 
-def migrations() -> list[tuple[int, str]]:
-    """The numbered migration scripts shipped with this code, in order."""
+def migration_files() -> list[tuple[int, str, str]]:
+    """The numbered migration scripts shipped with this code, in order: number, file name, text."""
     folder = resources.files("services.board") / "migrations"
     scripts = []
     for entry in folder.iterdir():
         if entry.is_file() and entry.name.endswith(".sql"):
             number = int(entry.name.split("_", 1)[0])
-            scripts.append((number, entry.read_text(encoding="utf-8")))
+            scripts.append((number, entry.name, entry.read_text(encoding="utf-8")))
     scripts.sort()
     return scripts
+
+
+def migrations() -> list[tuple[int, str]]:
+    """The numbered migration scripts shipped with this code, in order."""
+    return [(number, script) for number, _, script in migration_files()]
 
 
 def schema_version() -> int:
@@ -118,7 +124,12 @@ def _statements(script: str) -> list[str]:
 
 
 def migrate(path: Path) -> None:
-    """Create or upgrade the file; a file from a newer schema is refused before anything is written."""
+    """Create or upgrade the file; a file from a newer schema is refused before anything is written.
+
+    Every pending script runs in one transaction, the version re-read under its write lock: two
+    processes opening one fresh file at once do not both run a script, and a script that fails
+    (or a disk that fills up) leaves the file at the version it had (:class:`MigrationFailed`).
+    """
     latest = schema_version()
     known = header_user_version(path)
     if known is not None:
@@ -126,33 +137,43 @@ def migrate(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        seen = conn.execute("PRAGMA user_version").fetchone()[0]
-        _refuse_newer(path, seen, latest)
+        _refuse_newer(path, conn.execute("PRAGMA user_version").fetchone()[0], latest)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA foreign_keys = ON")
-        for number, script in migrations():
-            if number <= seen:
-                continue
-            # Each step re-reads the version under the write lock: two processes opening one fresh
-            # file at once must not both run a script (the second would find its tables there).
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                current = conn.execute("PRAGMA user_version").fetchone()[0]
-                _refuse_newer(path, current, latest)
-                if number > current:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = conn.execute("PRAGMA user_version").fetchone()[0]
+            _refuse_newer(path, current, latest)
+            pending = [(number, name, script) for number, name, script in migration_files() if number > current]
+            for number, name, script in pending:
+                try:
                     for statement in _statements(script):
                         conn.execute(statement)
                     conn.execute(f"PRAGMA user_version = {number}")
+                except sqlite3.Error as exc:
+                    raise MigrationFailed(f"migration {name}", current, str(exc)) from exc
+            conn.execute(
+                "INSERT OR IGNORE INTO board_meta (key, value) VALUES ('board_id', ?)",
+                (f"brd_{secrets.token_hex(8)}",),
+            )
+            try:
                 conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        conn.execute(
-            "INSERT OR IGNORE INTO board_meta (key, value) VALUES ('board_id', ?)",
-            (f"brd_{secrets.token_hex(8)}",),
-        )
+            except sqlite3.Error as exc:
+                if not pending:
+                    raise
+                raise MigrationFailed(f"the upgrade to version {latest}", current, str(exc)) from exc
+        except BaseException:
+            _rollback(conn)
+            raise
     finally:
         conn.close()
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back what is still open: SQLite has already rolled back a transaction that a full
+    disk or an I/O error ended, and a ROLLBACK then would hide that error behind its own."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 _CREATE_TRIGGER = re.compile(r"CREATE\s+TRIGGER\s+(?:IF\s+NOT\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
@@ -201,7 +222,7 @@ def verify_triggers(path: Path, *, repair: bool = False) -> list[str]:
                 conn.execute(definitions[name])
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
         return missing
     finally:

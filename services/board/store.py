@@ -73,6 +73,15 @@ class SchemaDamaged(RuntimeError):
         )
 
 
+class MigrationFailed(RuntimeError):
+    """An upgrade step the database refused; every pending step is one transaction, so the
+    database is still at the version it had (``version``)."""
+
+    def __init__(self, step: str, version: int, reason: str) -> None:
+        self.step, self.version, self.reason = step, version, reason
+        super().__init__(f"{step} failed: {reason}; the database was left at version {version}")
+
+
 class StoreUnreachable(RuntimeError):
     """The database server cannot be reached, or refused the connection: named by host and port."""
 

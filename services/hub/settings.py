@@ -16,7 +16,7 @@ from typing import Final
 import click
 
 from shared import hub_protocol as hp
-from shared.knobs import Knob, knob, required_knob, table
+from shared.knobs import Knob, Seconds, knob, required_knob, table
 from shared.ndjson import MAX_LINE
 
 #: Without a byte for this long (the board pings every 15 s) the connection is presumed dead.
@@ -24,8 +24,8 @@ READ_TIMEOUT: Final = 45.0
 #: A follower's outbox holds at most this many lines before it leaves the live fan-out.
 MAX_PENDING: Final = 1024
 
-SECONDS = click.FloatRange(min=0.01)
-CADENCE = click.FloatRange(min=0)
+SECONDS = Seconds(min=0.01)
+CADENCE = Seconds(min=0)
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class HubSettings:
     heartbeat_interval: float = knob(hp.HEARTBEAT_INTERVAL, env="TASKLOOM_HUB_HEARTBEAT", flag="--heartbeat",
                                      type=SECONDS, hidden=True, help="Seconds of silence before a heartbeat line.")
     #: Seconds with no clients and no registrations before the hub exits; 0 never.
-    idle_exit: float = knob(hp.IDLE_EXIT, env="TASKLOOM_HUB_IDLE_EXIT", type=click.FloatRange(min=0),
+    idle_exit: float = knob(hp.IDLE_EXIT, env="TASKLOOM_HUB_IDLE_EXIT", type=Seconds(min=0),
                             help="Exit after this many seconds without clients; 0 never.")
     ring_size: int = knob(hp.RING_SIZE, env="TASKLOOM_HUB_RING_SIZE", type=click.IntRange(min=1), hidden=True,
                           help="Event lines kept for replay.")

@@ -16,7 +16,7 @@ import click
 
 from shared import hub_protocol as hp
 from shared.domain import STATUSES
-from shared.knobs import Knob, knob, table
+from shared.knobs import Knob, Seconds, knob, table
 
 from . import coalesce
 
@@ -32,8 +32,8 @@ STOP_GRACE: Final = 10.0
 #: Where the loop's files live unless ``--state-dir`` says otherwise: ``<data_dir>/loop``.
 STATE_DIR_ENV: Final = "TASKLOOM_LOOP_STATE_DIR"
 
-SECONDS = click.FloatRange(min=0)
-POSITIVE = click.FloatRange(min=0, min_open=True)
+SECONDS = Seconds(min=0)
+POSITIVE = Seconds(min=0, min_open=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -606,7 +606,7 @@ def test_the_store_migrate_and_the_files_applied_by_hand_give_the_same_database(
 def test_every_trigger_the_files_define_exists_and_is_enabled(pg: PostgresEngine) -> None:
     defined: set[str] = set()
     for _, _, script in migration_files():
-        for verb, name in re.findall(r"(?im)^(CREATE|DROP) TRIGGER (\w+)", script):
+        for verb, name in re.findall(r"(?im)^(CREATE|DROP) TRIGGER (?:IF EXISTS )?(\w+)", script):
             (defined.add if verb.upper() == "CREATE" else defined.discard)(name)
     present = dict(pg.rows("SELECT tgname, tgenabled FROM pg_trigger WHERE NOT tgisinternal"))
     assert set(present) == defined and len(defined) > 30

@@ -39,7 +39,7 @@ def test_the_declared_triggers_are_exactly_what_the_migrations_create(tmp_path: 
     # What the scripts spell, in order: a later migration may drop a trigger an earlier one made.
     spelled: set[str] = set()
     for _, script in migrations():
-        for verb, name in re.findall(r"(?im)^(CREATE|DROP) TRIGGER (\w+)", script):
+        for verb, name in re.findall(r"(?im)^(CREATE|DROP) TRIGGER (?:IF EXISTS )?(\w+)", script):
             if verb.upper() == "CREATE":
                 spelled.add(name)
             else:

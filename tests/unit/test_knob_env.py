@@ -20,7 +20,7 @@ import pytest
 
 from services.board.cli import main as taskd_main
 from services.board.settings import SERVE_KNOBS as BOARD_KNOBS
-from services.board.settings import ActorParam
+from services.board.settings import ActorParam, DatabaseUrlParam
 from services.board.store import Actor
 from services.hub import client as hub_client
 from services.hub.cli import main as taskhub_main
@@ -149,6 +149,8 @@ def sample(knob: Knob) -> tuple[str, Any]:
         return "one.example two.example", ("one.example", "two.example")
     if isinstance(knob.type, ActorParam):
         return "codex:w9", Actor("codex", "w9")
+    if isinstance(knob.type, DatabaseUrlParam):
+        return "postgresql://db.example:5432/board", "postgresql://db.example:5432/board"
     if isinstance(knob.type, click.IntRange):
         value = max(int(knob.type.min or 0), int(knob.default or 0)) + 3
         return str(value), value

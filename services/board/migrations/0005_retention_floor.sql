@@ -13,7 +13,7 @@ CREATE TABLE retention_window (
     floor     INTEGER NOT NULL
 ) STRICT;
 
-DROP TRIGGER task_activities_no_delete;
+DROP TRIGGER IF EXISTS task_activities_no_delete;
 CREATE TRIGGER task_activities_delete_at_or_below_floor BEFORE DELETE ON task_activities
 WHEN OLD.revision IS NULL
   OR NOT EXISTS (

@@ -40,7 +40,7 @@ BEGIN
     RETURN NEW;
 END;
 $$;
-DROP TRIGGER tasks_update_rules ON tasks;
+DROP TRIGGER IF EXISTS tasks_update_rules ON tasks;
 CREATE TRIGGER tasks_update_rules BEFORE UPDATE OF status, kind, project_id ON tasks
 FOR EACH ROW EXECUTE FUNCTION tasks_update_rules();
 

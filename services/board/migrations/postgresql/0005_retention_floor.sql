@@ -21,7 +21,7 @@ CREATE FUNCTION sqlite_integer(value TEXT) RETURNS BIGINT LANGUAGE sql IMMUTABLE
     SELECT coalesce(substring(value FROM '^\s*([+-]?[0-9]+)')::BIGINT, 0)
 $$;
 
-DROP TRIGGER task_activities_no_delete ON task_activities;
+DROP TRIGGER IF EXISTS task_activities_no_delete ON task_activities;
 CREATE FUNCTION task_activities_delete_at_or_below_floor() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF OLD.revision IS NULL
