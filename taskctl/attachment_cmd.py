@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import urllib.parse
@@ -136,12 +137,39 @@ def download(attachment_id: str, out: str | None, force: bool) -> None:
         sys.stdout.flush()
         return
     target = Path(out or filename_from(reply, attachment_id))
-    if target.exists() and not force:
-        raise TaskctlError("FILE_EXISTS", f"{target} exists", details={"path": str(target)},
-                           hint="pass --force to overwrite, or --out another path")
-    target.write_bytes(data)
+    save(target, data, force=force)
     inv.out.result({"id": attachment_id, "path": str(target), "size": len(data)},
                    lambda d: inv.out.echo(f"wrote {d['path']} ({human_size(d['size'])})"))
+
+
+def save(target: Path, data: bytes, *, force: bool) -> None:
+    """Write ``data`` to ``target`` owner-only, through the exports' atomic writer, never through a link.
+
+    The name may be in a directory others can write, where a symlink planted beforehand would
+    send a plain ``open`` to a file of their choosing: the writer renames its temp file over the
+    name, so a link there is replaced, not followed. Without ``force`` the name is first claimed
+    with ``O_CREAT | O_EXCL`` (which fails on any existing entry, a dangling link included), so an
+    existing file is never replaced.
+    """
+    from services.hub.files import atomic_writer  # the owner-only atomic writer taskctl's exports use
+
+    claimed = False
+    try:
+        if not force:
+            try:
+                os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+            except FileExistsError:
+                raise TaskctlError("FILE_EXISTS", f"{target} exists", details={"path": str(target)},
+                                   hint="pass --force to overwrite, or --out another path") from None
+            claimed = True
+        with atomic_writer(target) as handle:
+            handle.write(data)
+    except OSError as exc:
+        if claimed:
+            with contextlib.suppress(OSError):
+                target.unlink(missing_ok=True)  # the empty name we claimed
+        raise TaskctlError("VALIDATION_FAILED", f"cannot write {target}: {(exc.strerror or str(exc)).lower()}",
+                           details={"path": str(target)}, hint="choose another --out") from None
 
 
 @command(attachment, "list")

@@ -1,8 +1,11 @@
 """What every taskctl command shares: the global options, the board connection, the printer.
 
-The options ``--url --token --actor --actor-kind --json`` are accepted both before the group
-(``taskctl --json task list``) and on every command (``taskctl task list --json``); the
-command's own value wins. A command reads them through :func:`current`:
+The options ``--url --token-file --token --actor --actor-kind --json`` are accepted both before
+the group (``taskctl --json task list``) and on every command (``taskctl task list --json``); the
+command's own value wins. The token never rides in ``argv``, which every local user can read
+(``ps``, ``/proc/<pid>/cmdline``): ``--token-file FILE`` reads it from a file and ``--token -``
+(or ``--token-file -``) from stdin; a token value after ``--token`` is refused before anything
+else runs. A command reads them through :func:`current`:
 
     inv = current()
     task = inv.call("GET", f"/api/v1/tasks/{segment(ref)}")
@@ -95,15 +98,61 @@ def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
+#: Where to put the board token instead of argv.
+TOKEN_SOURCES = "set TASKLOOM_TOKEN, pass --token-file FILE, or pass --token - to read it from stdin"
+
+
+def _token_from_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # The refusal never quotes the value: it is the secret this rule keeps out of sight.
+    if value is None:
+        return None
+    if value != "-":
+        raise click.BadParameter(
+            f"a token on the command line is readable by every local user (ps, /proc/<pid>/cmdline); {TOKEN_SOURCES}",
+            ctx=ctx, param=param,
+        )
+    return _store_token(ctx, param, "-")
+
+
+def _store_token(ctx: click.Context, param: click.Parameter, source: str | None) -> str | None:
+    if source is None:
+        return None
+    current(ctx).token = _read_token(source, ctx, param)
+    return source
+
+
+def _read_token(source: str, ctx: click.Context, param: click.Parameter) -> str:
+    """The first line of FILE, or of stdin for ``-``, without its surrounding white space."""
+    where = "stdin" if source == "-" else source
+    try:
+        if source == "-":
+            text = sys.stdin.readline()
+        else:
+            with open(source, encoding="utf-8") as handle:
+                text = handle.readline()
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read the token from {where}: {exc.strerror}", ctx=ctx, param=param) from None
+    except UnicodeDecodeError:
+        raise click.BadParameter(f"the token in {where} is not UTF-8 text", ctx=ctx, param=param) from None
+    token = text.strip()
+    if not token:
+        raise click.BadParameter(f"no token in {where}", ctx=ctx, param=param)
+    return token
+
+
 def global_params() -> list[click.Option]:
-    """Fresh instances of the five global options (values land in the invocation)."""
+    """Fresh instances of the six global options (values land in the invocation)."""
     return [
         click.Option(["--json", "json"], is_flag=True, default=False, expose_value=False, callback=_store, is_eager=True,
                      help='Print {"ok": true, "data": …} or {"ok": false, "error": …} on stdout.'),
         click.Option(["--url"], metavar="URL", expose_value=False, callback=_store,
                      help="Board URL (default: TASKLOOM_URL, the running board's pointer, else autostart)."),
-        click.Option(["--token"], metavar="TOKEN", expose_value=False, callback=_store,
-                     help="Board token (default: TASKLOOM_TOKEN, else the token file). Prefer the env var."),
+        click.Option(["--token-file"], metavar="FILE|-", expose_value=False, callback=_store_token,
+                     help="Read the board token from FILE (- for stdin) (default: TASKLOOM_TOKEN, else the board's "
+                          "token file)."),
+        click.Option(["--token"], metavar="-", expose_value=False, callback=_token_from_option,
+                     help="Only `--token -`: read the board token from stdin. A token value here is refused "
+                          "(argv is readable by every local user)."),
         click.Option(["--actor"], metavar="ID", expose_value=False, callback=_store,
                      help="Who is acting (default: TASKLOOM_ACTOR, else your user name)."),
         click.Option(["--actor-kind"], metavar="KIND", expose_value=False, callback=_store,

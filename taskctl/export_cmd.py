@@ -145,7 +145,7 @@ def watch(
         code = standalone_watch(inv.http(), board, message, after=after, emit=ndjson_printer(), cadence=cadence_from_env())
         raise click.exceptions.Exit(code)
     if not board.token:
-        raise TaskctlError("UNAUTHORIZED", "no board token: the hub needs it", hint="set TASKLOOM_TOKEN or pass --token")
+        raise TaskctlError("UNAUTHORIZED", "no board token: the hub needs it", hint="set TASKLOOM_TOKEN or pass --token-file FILE")
     from services.hub import client
 
     if detach:

@@ -124,7 +124,7 @@ def status_or_stop(inv: Any, stop_id: str | None) -> None:
 
     board = inv.board()
     if not board.token:
-        raise TaskctlError("UNAUTHORIZED", "no board token: the hub needs it", hint="set TASKLOOM_TOKEN or pass --token")
+        raise TaskctlError("UNAUTHORIZED", "no board token: the hub needs it", hint="set TASKLOOM_TOKEN or pass --token-file FILE")
     request = hp.watch_stop(stop_id) if stop_id else hp.watch_status()
     answer = hub_call(lambda: client.request_once(board.url, board.token or "", request))
     raise_refusal(answer)

@@ -71,7 +71,7 @@ def follow(after: int | None, idle: float) -> None:
     inv = current()
     board = inv.board()
     if not board.token:
-        raise TaskctlError("UNAUTHORIZED", "no board token", hint="set TASKLOOM_TOKEN or pass --token")
+        raise TaskctlError("UNAUTHORIZED", "no board token", hint="set TASKLOOM_TOKEN or pass --token-file FILE")
     emit = ndjson_printer(sys.stdout)
 
     def problem(text: str) -> None:
@@ -134,7 +134,7 @@ def hub(stop: bool, every: bool) -> None:
         return
     if not board.token:
         raise TaskctlError("UNAUTHORIZED", "no board token: the hub's key needs it",
-                           hint="set TASKLOOM_TOKEN or pass --token")
+                           hint="set TASKLOOM_TOKEN or pass --token-file FILE")
     files = client.hub_files(board.url, board.token)
     record = read_pointer(files)
     data: dict[str, Any] = {"key": files.key, "board": board.url, "pointer": str(files.pointer), "running": False}

@@ -102,7 +102,7 @@ def subscribe(
     board = inv.board()
     if not board.token:
         raise TaskctlError("UNAUTHORIZED", "no board token: the hub needs it to reach the board",
-                           hint="set TASKLOOM_TOKEN, pass --token, or start the board once so its token file exists")
+                           hint="set TASKLOOM_TOKEN, pass --token-file FILE, or start the board once so its token file exists")
     directory = _state_dir(state_dir)
     inherited_umask = _private_state_dir(directory)
     held = _hold_subscribe_lock(directory)
@@ -276,7 +276,8 @@ def status(state_dir: Path | None) -> None:
         inv.out.echo(f"{info['state']} (pid {record.get('pid')})")
         if info["state"] == st.UNAUTHORIZED:
             inv.out.note("the board refused the token: after `taskctl token rotate`, update TASKLOOM_TOKEN or "
-                         "--token if the subscriber was given one (a token file is re-read on its own)")
+                         "the --token-file if the subscriber was given one, then restart it (the board's own token "
+                         "file is re-read on its own)")
         inv.out.fields(
             [
                 ("board", record.get("board")),

@@ -141,9 +141,10 @@ def cli() -> None:
 
     \b
     The board is found by --url, TASKLOOM_URL, the running board's pointer, or started
-    locally (not when TASKLOOM_NO_AUTOSTART=1). The token comes from --token, TASKLOOM_TOKEN
-    or the token file; the actor from --actor/--actor-kind, TASKLOOM_ACTOR/TASKLOOM_ACTOR_KIND,
-    else your user name as a human.
+    locally (not when TASKLOOM_NO_AUTOSTART=1). The token comes from --token-file FILE
+    (--token - for stdin; never a token value in argv), TASKLOOM_TOKEN or the board's token
+    file; the actor from --actor/--actor-kind, TASKLOOM_ACTOR/TASKLOOM_ACTOR_KIND, else your
+    user name as a human.
 
     \b
     Exit codes: 0 ok, 1 failure, 2 usage, 3 differences found by --check.

@@ -33,7 +33,7 @@ from aiohttp.streams import StreamReader
 from shared.errors import TaskloomError
 
 from .descriptors import fewer_free_than, free_descriptors
-from .httpserver import BoardRequestHandler, redact_aiohttp_server_log
+from .httpserver import BoardRequestHandler, RequestWarnings, ThrottledWarning, redact_aiohttp_server_log
 
 log = structlog.get_logger("taskd.connections")
 
@@ -43,8 +43,6 @@ ABORT_GRACE: Final = 1.0
 #: whole queue before any connection can make room, so one burst must fit in the reserve.
 MAX_LISTEN_BACKLOG: Final = 128
 MIN_LISTEN_BACKLOG: Final = 8
-#: Under a flood every new connection closes an idle one: one log line per this many seconds.
-REAP_LOG_INTERVAL: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -200,10 +198,17 @@ class BoardServer(web.Server):
         super().__init__(handler, **kwargs)
         self.limits = limits
         self.reaped = 0
-        self._reap_logged_at: float | None = None
+        # Under a flood every new connection closes an idle one: a line per interval, not per connection.
+        self._reaping = ThrottledWarning("idle_connections_closed", logger=log)
+        self.warnings = RequestWarnings()
 
     def __call__(self) -> GuardedRequestHandler:
-        return GuardedRequestHandler(self, loop=self._loop, limits=self.limits, **self._kwargs)
+        return GuardedRequestHandler(self, loop=self._loop, limits=self.limits, warnings=self.warnings, **self._kwargs)
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        await super().shutdown(timeout)
+        self._reaping.close()
+        self.warnings.close()
 
     def connection_made(self, handler: web.RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
@@ -224,11 +229,8 @@ class BoardServer(web.Server):
                 other.force_close()
                 closed += 1
         self.reaped += closed
-        now = self._loop.time()
-        if self._reap_logged_at is None or now - self._reap_logged_at >= REAP_LOG_INTERVAL:
-            self._reap_logged_at = now
-            log.warning("idle_connections_closed", closed_total=self.reaped, free_descriptors=free,
-                        connections=len(self._connections), hint="descriptors are short: raise LimitNOFILE")
+        self._reaping.note("descriptors_short", closed_total=self.reaped, free_descriptors=free,
+                           connections=len(self._connections), hint="descriptors are short: raise LimitNOFILE")
         return closed
 
 

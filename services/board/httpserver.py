@@ -10,12 +10,18 @@ route), so the hook is one level down: a ``RequestHandler`` whose ``handle_error
 exception's class and answers the JSON error body of SPEC §5 with a generic reason, and a filter
 on the ``aiohttp.server`` logger that strips the quoted bytes from anything else it logs.
 ``connections.py`` builds the board's server from this handler (adding its read deadlines).
+
+Any local process can send garbage without a token, as fast as it likes, so every line such a
+client can cause goes through :class:`ThrottledWarning`: at most one per ``LOG_INTERVAL``, with
+counts by kind, however many requests it sends (the board's log may be a file nothing rotates).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Final
+from collections import Counter
+from typing import Any, Final
 
 import structlog
 from aiohttp import http_exceptions, web
@@ -27,6 +33,69 @@ from shared.errors import TaskloomError
 from . import api
 
 log = structlog.get_logger("taskd.http")
+
+#: A line any client can cause at will is written at most once per this many seconds.
+LOG_INTERVAL: Final = 5.0
+
+
+class ThrottledWarning:
+    """A warning any client can cause at will, written at most once per ``interval``.
+
+    The first occurrence is written at once; those after it within the interval are counted by
+    kind and written as one line when it ends. Every line carries ``count`` (occurrences since
+    the last line) and ``kinds`` (the same, by kind) beside the latest occurrence's fields.
+    """
+
+    def __init__(self, event: str, *, logger: Any = None, interval: float = LOG_INTERVAL) -> None:
+        self.event = event
+        self.interval = interval
+        self._log = log if logger is None else logger
+        self._kinds: Counter[str] = Counter()
+        self._fields: dict[str, Any] = {}
+        self._written_at: float | None = None
+        self._pending: asyncio.TimerHandle | None = None
+
+    def note(self, kind: str, **fields: Any) -> None:
+        """One occurrence (on the event loop)."""
+        loop = asyncio.get_running_loop()
+        self._kinds[kind] += 1
+        self._fields = fields
+        now = loop.time()
+        if self._written_at is None or now - self._written_at >= self.interval:
+            self._write(now)
+        elif self._pending is None:
+            self._pending = loop.call_at(self._written_at + self.interval, self._write_pending, loop)
+
+    def close(self) -> None:
+        """Write what is still counted (at shutdown); nothing is scheduled afterwards."""
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+        if self._kinds:
+            self._write(self._written_at or 0.0)
+
+    def _write_pending(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._pending = None
+        if self._kinds:
+            self._write(loop.time())
+
+    def _write(self, now: float) -> None:
+        self._written_at = now
+        kinds = dict(self._kinds)
+        self._kinds.clear()
+        self._log.warning(self.event, count=sum(kinds.values()), kinds=kinds, **self._fields)
+
+
+class RequestWarnings:
+    """The server's throttled lines about requests it refused before any route saw them."""
+
+    def __init__(self, *, interval: float = LOG_INTERVAL) -> None:
+        self.unparseable = ThrottledWarning("request_unparseable", interval=interval)
+        self.timed_out = ThrottledWarning("request_timed_out", interval=interval)
+
+    def close(self) -> None:
+        self.unparseable.close()
+        self.timed_out.close()
 
 #: What the client is told about a request the parser refused: the class of the fault, never the
 #: bytes (the parser's own message quotes the offending line). Most specific class first.
@@ -81,6 +150,12 @@ def malformed_request(exc: BaseException | None) -> TaskloomError:
 class BoardRequestHandler(RequestHandler):
     """aiohttp's per-connection protocol with the board's answer to a request it cannot read."""
 
+    __slots__ = ("_warnings",)
+
+    def __init__(self, manager: web.Server, *, warnings: RequestWarnings, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._warnings = warnings
+
     def handle_error(
         self,
         request: BaseRequest,
@@ -92,10 +167,11 @@ class BoardRequestHandler(RequestHandler):
         if request.writer.output_size > 0:
             raise ConnectionError("the response is under way; no error body can follow")
         if status == 400 or is_parser_error(exc):
-            log.warning("request_unparseable", remote=request.remote, error=type(exc).__name__)
+            error_class = type(exc).__name__
+            self._warnings.unparseable.note(error_class, remote=request.remote, error=error_class)
             error = malformed_request(exc)
         elif status == 504:
-            log.warning("request_timed_out", remote=request.remote)
+            self._warnings.timed_out.note("handler_timeout", remote=request.remote)
             error = TaskloomError("INTERNAL", "the request handler timed out")
         else:
             # A handler fault past every middleware: the board's own bug, so keep its traceback.

@@ -81,7 +81,7 @@ def test_board_refusals_exit_1_with_the_code_and_write_nothing(
 def test_wrong_token_is_unauthorized_and_never_echoed(tc: Taskctl, card: str) -> None:
     forged = "tl_" + "ab" * 32
     before = activity_count(tc.data_dir)
-    run = tc.refused("UNAUTHORIZED", "task", "claim", card, "--token", forged)
+    run = tc.refused("UNAUTHORIZED", "task", "claim", card, "--token", "-", input=forged)
     assert forged not in run.stdout + run.stderr
     run = tc("--json", "task", "show", card, env={"TASKLOOM_TOKEN": forged})
     assert run.code == 1 and run.json["error"]["code"] == "UNAUTHORIZED"

@@ -352,17 +352,19 @@ async def test_terminal_cards_need_no_stream_standalone_or_through_the_hub(runti
 async def test_root_level_global_options_reach_export(taskd: TaskdProcess, runtime: Runtime, tmp_path: Path) -> None:
     taskd.start()
     env = runtime.env(taskd, **CADENCE)
-    env.pop("TASKLOOM_TOKEN")  # given on the command line instead
+    env.pop("TASKLOOM_TOKEN")  # named on the command line instead
+    token_file = tmp_path / "board-token"
+    token_file.write_text(taskd.token)
     async with aiohttp.ClientSession() as session:
         await make_task(BoardClient(taskd.url, taskd.token, session))
     out_dir = tmp_path / "md"
-    code, out, err = await taskctl(env, "--json", "--url", taskd.url, "--token", taskd.token,
+    code, out, err = await taskctl(env, "--json", "--url", taskd.url, "--token-file", str(token_file),
                                    "export", "md", "--out", str(out_dir), "--check")
     assert code == 3, err
-    code, out, err = await taskctl(env, "--json", "--url", taskd.url, "--token", taskd.token,
+    code, out, err = await taskctl(env, "--json", "--url", taskd.url, "--token-file", str(token_file),
                                    "export", "md", "--out", str(out_dir))
     assert code == 0 and json.loads(out)["data"]["cards"] == 1, err
-    code, out, err = await taskctl(env, "--json", "--url", taskd.url, "--token", taskd.token,
+    code, out, err = await taskctl(env, "--json", "--url", taskd.url, "--token-file", str(token_file),
                                    "export", "watch", "--status")
     assert code == 0 and json.loads(out) == {"ok": True, "data": []}, err
     assert taskd.token not in out + err

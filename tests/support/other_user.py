@@ -1,0 +1,89 @@
+"""Another local user on the same host: a second uid that runs stdlib-only Python as an attacker.
+
+The tests run as root (the suite's machine user); ``other_user`` creates a system account for the
+run when it does not exist yet (``useradd``) and removes it afterwards. The attacker's code runs
+through ``runuser -u USER -- /usr/bin/python3 -c CODE`` from ``/``: it cannot read the test's
+temp directories, as a real other user could not.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+USER = "tlother"
+#: A Python every uid can run (the venv's lives under /root, which is 0700).
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@dataclass
+class OtherUser:
+    name: str
+    uid: int
+
+    def popen(self, code: str, *args: str) -> Attacker:
+        process = subprocess.Popen(
+            ["runuser", "-u", self.name, "--", SYSTEM_PYTHON, "-u", "-c", code, *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd="/",
+            start_new_session=True,  # runuser does not pass a kill on: the group is killed whole
+        )
+        return Attacker(process)
+
+    def run(self, code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["runuser", "-u", self.name, "--", SYSTEM_PYTHON, "-c", code, *args],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd="/", timeout=timeout,
+        )
+
+
+@dataclass
+class Attacker:
+    """A running attacker process; its output lines are collected by a thread."""
+
+    process: subprocess.Popen[bytes]
+    lines: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        def pump() -> None:
+            assert self.process.stdout is not None
+            for raw in self.process.stdout:
+                self.lines.append(raw.decode("utf-8", "replace").rstrip("\n"))
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # runuser and the attacker's Python under it
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def other_user() -> Iterator[OtherUser]:
+    if os.geteuid() != 0:
+        pytest.fail("these tests need root to create and act as a second local user (useradd, runuser)")
+    assert shutil.which("useradd") and shutil.which("runuser"), "useradd and runuser are needed"
+    created = False
+    try:
+        entry = pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-r", "-s", "/usr/sbin/nologin", USER], check=True)
+        created = True
+        entry = pwd.getpwnam(USER)
+    try:
+        yield OtherUser(USER, entry.pw_uid)
+    finally:
+        if created:
+            subprocess.run(["userdel", USER], check=False)
