@@ -20,9 +20,8 @@ import pytest
 
 from services.hub.port_owner import ForeignListener, check_listener
 from tests.support.board import VENV_BIN, TaskdProcess
+from tests.support.other_user import OtherProcess, OtherUser, other_user  # noqa: F401 (fixture)
 from tests.support.waiting import wait_until
-
-from .support_other_user import OtherProcess, OtherUser, other_user  # noqa: F401 (fixture)
 
 #: The other user's listener: bind the port given (0: any), say which, print every request head
 #: it receives (``b''`` for a connection that sent nothing), answer 503.

@@ -25,9 +25,8 @@ from shared import hub_protocol as hp
 from shared.ndjson import encode_line
 from tests.security.support_connections import ensure_own_descriptors
 from tests.support.board import VENV_BIN, TaskdProcess
+from tests.support.other_user import OtherUser, other_user  # noqa: F401 (fixture)
 from tests.support.waiting import wait_until
-
-from .support_other_user import OtherUser, other_user  # noqa: F401 (fixture)
 
 LIMIT = 256
 #: More connections than the hub has descriptors.

@@ -25,9 +25,8 @@ from services.hub.client import HubAddress, HubSession, find_or_start, hub_files
 from services.hub.pointer import pid_alive, write_json_atomic
 from shared import hub_protocol as hp
 from tests.support.board import VENV_BIN, TaskdProcess
+from tests.support.other_user import OtherProcess, OtherUser, other_user  # noqa: F401 (fixture)
 from tests.support.waiting import wait_until
-
-from .support_other_user import OtherProcess, OtherUser, other_user  # noqa: F401 (fixture)
 
 #: Another user's listener on a port: it says welcome and pong to whoever greets it, and prints
 #: what it was sent, so the test can look for the hub token in it.

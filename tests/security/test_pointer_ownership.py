@@ -19,9 +19,8 @@ from pathlib import Path
 
 from taskctl.discovery import live_pointer, read_pointer, resolve_board
 from tests.support.board import VENV_BIN, TaskdProcess
+from tests.support.other_user import OtherUser, other_user  # noqa: F401 (fixture)
 from tests.support.waiting import wait_until
-
-from .support_other_user import OtherUser, other_user  # noqa: F401 (fixture)
 
 #: The other user: a runtime directory of its own with a pointer naming its listener and this
 #: user's token file; the listener says /health ok and prints every request head.

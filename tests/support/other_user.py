@@ -1,9 +1,9 @@
-"""Another local user on the same host: a second uid that runs stdlib-only Python as an attacker.
+"""Another local user on the same host: a second uid that runs standard-library Python.
 
 The tests run as root (the suite's machine user); ``other_user`` creates a system account for the
-run when it does not exist yet (``useradd``) and removes it afterwards. The attacker's code runs
-through ``runuser -u USER -- /usr/bin/python3 -c CODE`` from ``/``: it cannot read the test's
-temp directories, as a real other user could not.
+run when it does not exist yet (``useradd``) and removes it afterwards. Its code runs through
+``runuser -u USER -- /usr/bin/python3 -c CODE`` from ``/``: it cannot read the test's temp
+directories, as a real other user could not.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.support.waiting import wait_until
+
 USER = "tlother"
 #: A Python every uid can run (the venv's lives under /root, which is 0700).
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -29,13 +31,13 @@ class OtherUser:
     name: str
     uid: int
 
-    def popen(self, code: str, *args: str) -> Attacker:
+    def popen(self, code: str, *args: str) -> OtherProcess:
         process = subprocess.Popen(
             ["runuser", "-u", self.name, "--", SYSTEM_PYTHON, "-u", "-c", code, *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd="/",
             start_new_session=True,  # runuser does not pass a kill on: the group is killed whole
         )
-        return Attacker(process)
+        return OtherProcess(process)
 
     def run(self, code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -45,8 +47,8 @@ class OtherUser:
 
 
 @dataclass
-class Attacker:
-    """A running attacker process; its output lines are collected by a thread."""
+class OtherProcess:
+    """A running process of the other user; its output lines are collected by a thread."""
 
     process: subprocess.Popen[bytes]
     lines: list[str] = field(default_factory=list)
@@ -64,7 +66,7 @@ class Attacker:
 
     def stop(self) -> None:
         try:
-            os.killpg(self.process.pid, signal.SIGKILL)  # runuser and the attacker's Python under it
+            os.killpg(self.process.pid, signal.SIGKILL)  # runuser and the Python under it
         except ProcessLookupError:
             pass
         self.process.wait(timeout=10)
@@ -86,4 +88,7 @@ def other_user() -> Iterator[OtherUser]:
         yield OtherUser(USER, entry.pw_uid)
     finally:
         if created:
-            subprocess.run(["userdel", USER], check=False)
+            # A killed process may not be gone yet, and userdel refuses a user that still runs one.
+            wait_until(lambda: subprocess.run(["pgrep", "-u", USER], capture_output=True).returncode == 1,
+                       timeout=10, what=f"the processes of {USER} to end")
+            subprocess.run(["userdel", USER], check=True)
