@@ -43,10 +43,14 @@ class Seconds(click.FloatRange):
 
     name = "seconds"
 
+    def __init__(self, *args: Any, unit: str = "seconds", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.unit = unit
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+            self.fail(f"{value!r} is not a number of {self.unit}", param, ctx)
         return number
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import click
 
+from shared.knobs import Seconds
+
 from .command import REF, command, current, drop_none, run_async
 from .errors import TaskctlError
 from .export_md import DEFAULT_OUT, EXIT_DIFFERENCES, PAGE_LIMIT, export_cards
@@ -91,7 +93,7 @@ def md(out_dir: Path, project: str | None, check: bool) -> None:
 @click.option("--out", "out_file", metavar="FILE", help="Keep one card's brief in FILE.")
 @click.option("--dir", "out_dir", metavar="DIR", help="Keep each card's brief in DIR/.taskloom/<IDENTIFIER>/card.md.")
 @click.option("--cards-json", metavar="FILE", help='A JSON list of {"ref": …, "out": …} (- for stdin).')
-@click.option("--ttl", type=click.FloatRange(min=0), metavar="MIN",
+@click.option("--ttl", type=Seconds(min=0, unit="minutes"), metavar="MIN",
               help="End after this many minutes (default 120; 0 = until every card is done or canceled).")
 @click.option("--detach", is_flag=True, help="Register with the hub, print the registration id, exit.")
 @click.option("--standalone", is_flag=True, help="Follow the board's stream directly, in this process, without the hub.")

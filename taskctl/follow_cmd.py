@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import click
 
 from shared import hub_protocol as hp
+from shared.knobs import Seconds
 from shared.paths import runtime_dir
 
 from .command import current, global_options, run_async
@@ -55,7 +56,7 @@ def _stopped(result: StopResult) -> StoppedHub:
 
 @click.command("follow")
 @click.option("--after", type=click.IntRange(min=0), help="Replay from this revision (the hub's ring covers the recent past).")
-@click.option("--idle", type=click.FloatRange(min=0), default=hp.DEFAULT_IDLE_MS / 1000, show_default=True,
+@click.option("--idle", type=Seconds(min=0), default=hp.DEFAULT_IDLE_MS / 1000, show_default=True,
               help="End (exit 0) after this many seconds without an event; 0 never.")
 @global_options
 def follow(after: int | None, idle: float) -> None:

@@ -308,7 +308,7 @@ class BoardHttp:
             hint = f"the token file was not read: {self.board.token_problem}"
         elif code == "UNAUTHORIZED" and not self.board.token:
             where = self.board.token_file or "the board's token file"
-            hint = f"no token found: pass --token or set TASKLOOM_TOKEN (looked in {where})"
+            hint = f"no token found: pass --token-file FILE (or --token - to read it from stdin) or set TASKLOOM_TOKEN (looked in {where})"
         return TaskctlError(
             code, str(error.get("message") or code), details=error.get("details") or {}, hint=hint, status=reply.status
         )

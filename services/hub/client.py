@@ -454,7 +454,7 @@ async def follow(
         at_once = False
         token = read_token()
         if not token:
-            raise HubError(hp.UNAUTHORIZED, "no board token: set TASKLOOM_TOKEN or pass --token")
+            raise HubError(hp.UNAUTHORIZED, "no board token: set TASKLOOM_TOKEN or pass --token-file FILE")
         try:
             try:
                 address = await find_or_start(board_url, token, runtime=runtime, environ=environ)

@@ -103,3 +103,14 @@ def test_taskctl_loop_subscribe_refuses_nan_seconds(tmp_path: Path, flag: str) -
     result = outcome([str(VENV_BIN / "taskctl"), "loop", "subscribe", "--agent", "worker-x", "--on-wake", "true",
                       "--no-start-hub", flag, "nan"], env, tmp_path / "data" / "loop" / STATE_FILE, tmp_path / "loop.log")
     assert_refused(f"taskctl loop subscribe {flag} nan", result, flag)
+
+
+@pytest.mark.parametrize(("argv", "flag"), [
+    (["events", "follow", "--idle", "nan"], "--idle"),
+    (["export", "watch", "--ttl", "nan"], "--ttl"),
+])
+def test_taskctl_time_options_refuse_nan(tmp_path: Path, argv: list[str], flag: str) -> None:
+    """A follower that never idles out, or a watch that never expires, is not what nan asked for."""
+    env = clean_env(tmp_path)
+    result = outcome([str(VENV_BIN / "taskctl"), *argv], env, tmp_path / "never", tmp_path / "taskctl.log")
+    assert_refused(f"taskctl {' '.join(argv)}", result, flag)
