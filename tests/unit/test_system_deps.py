@@ -16,8 +16,9 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 SCRIPT: Final = ROOT / "scripts" / "ensure-system-deps"
 #: What the script runs besides the programs it looks for.
 TOOLS: Final = ("bash", "grep", "cat", "env")
-#: Without them, the packages it must ask for (chromium is checked at /usr/bin/chromium, the real one).
-EXPECTED: Final = ["netcat-openbsd", "nodejs", "systemd"]
+#: Without them, the packages it must ask for (chromium and python3 are checked at their /usr/bin
+#: paths, the real ones).
+EXPECTED: Final = ["netcat-openbsd", "nodejs", "systemd", "passwd", "util-linux"]
 
 FAKE_APT = """#!/bin/bash
 echo "$*" >> "{log}"
@@ -25,7 +26,9 @@ if [ "$1" = install ] && [ -n "{installs}" ]; then
     printf '#!/bin/bash\\necho "  -N  Shutdown the network socket after EOF on stdin"\\n' > "{bin}/nc"
     printf '#!/bin/bash\\n' > "{bin}/node"
     printf '#!/bin/bash\\n' > "{bin}/systemd-analyze"
-    /bin/chmod +x "{bin}/nc" "{bin}/node" "{bin}/systemd-analyze"
+    printf '#!/bin/bash\\n' > "{bin}/useradd"
+    printf '#!/bin/bash\\n' > "{bin}/runuser"
+    /bin/chmod +x "{bin}/nc" "{bin}/node" "{bin}/systemd-analyze" "{bin}/useradd" "{bin}/runuser"
 fi
 """
 
