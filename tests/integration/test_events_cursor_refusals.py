@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from services.board.keys import STREAMS
 from shared import events
 from shared.sse import SSEMessage, SSEParser
-from tests.support.board import BoardClient, RunningBoard, make_task
+from tests.support.board import API, BoardClient, RunningBoard, make_task, start_board, taskd_restore
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -124,3 +126,70 @@ async def test_two_last_event_id_headers_are_refused_naming_both(board: RunningB
         return len(board.app[STREAMS]) == 0
 
     await async_wait_until(no_stream_open, what="no stream left open")
+
+
+async def test_a_cursor_from_the_history_a_restore_replaced_is_refused(tmp_path: Path) -> None:
+    """SPEC §6.2: "a board restored from an older backup must not silently skip". A restore to
+    revision R replaces a history that went on to H; a client that followed it holds a cursor in
+    (R, H] and state the restore undid. The restored board's counter moves past H, so its new rows
+    never reuse a revision of the lost history, and such a cursor is ``410 CURSOR_EXPIRED``
+    naming the restore (on the stream and on ``/activities``), before and after the restored board
+    writes past it: it is never taken as a position in the new history. A cursor at or below R is
+    the same position in both histories and resumes."""
+    data_dir = tmp_path / "data"
+    backup_file = tmp_path / "board.backup"
+    board = await start_board(data_dir)
+    async with aiohttp.ClientSession() as session:
+        try:
+            client = BoardClient(board.url, board.token, session)
+            task = await make_task(client, title="kept")
+            taken = await client.post(f"{API}/admin/backup", {"path": str(backup_file)})
+            assert taken.status == 200, taken.body
+            restored_at = taken.body["revision"]
+            for n in range(5):  # the future the restore will lose
+                assert (await client.post(f"{API}/tasks/{task['id']}/comments", {"body": f"lost {n}"})).status == 201
+            cursor = (await streamable_revisions(board))[-1]  # a client that had seen all of it
+            old = (await client.get(f"{API}/meta")).body
+        finally:
+            await board.runner.cleanup()
+
+        done = taskd_restore(backup_file, data_dir)
+        assert done.returncode == 0, done.stderr
+        board = await start_board(data_dir)
+        try:
+            client = BoardClient(board.url, board.token, session)
+            meta = (await client.get(f"{API}/meta")).body
+            assert meta["board_id"] != old["board_id"]
+            assert meta["revision"] == old["revision"] + 1, "the restored board's counter is past the lost future"
+            expected_details = {"after": cursor, "floor": 0, "reason": "restored",
+                                "restored_revision": restored_at, "replaced_head": old["revision"]}
+
+            async def refused() -> None:
+                status, body, _, writer = await raw_events(board, "", [f"Last-Event-ID: {cursor}"])
+                writer.close()
+                assert status == 410 and body["error"]["code"] == "CURSOR_EXPIRED", (status, body)
+                assert body["error"]["details"] == expected_details, body
+                listed = await client.get(f"{API}/activities?after={cursor}")
+                assert listed.status == 410 and listed.body["error"]["details"] == expected_details, listed.body
+
+            await refused()
+            # The restored head, where a follower that reset starts (/meta), is no refused cursor.
+            status, body, _, writer = await raw_events(board, f"?after={meta['revision']}", [])
+            writer.close()
+            assert status == 200, body
+            for n in range(8):  # the new history, written past the old cursor
+                assert (await client.post(f"{API}/tasks/{task['id']}/comments", {"body": f"new {n}"})).status == 201
+            revisions = await streamable_revisions(board)
+            new = [r for r in revisions if r > restored_at]
+            assert len(new) == 8 and min(new) > old["revision"], "no new row reuses a revision of the lost history"
+            await refused()
+
+            # The backup's own revision is a position in both histories: every new row follows it.
+            status, body, reader, writer = await raw_events(board, f"?after={restored_at}", [])
+            try:
+                assert status == 200, body
+                assert await data_ids_until(reader, revisions[-1]) == new
+            finally:
+                writer.close()
+        finally:
+            await board.runner.cleanup()
