@@ -16,9 +16,12 @@ made the board's blob purges are held back (``pin_blobs``): a blob the snapshot 
 unlinked by a removal or replacement that commits after the snapshot.
 
 **Restore** (``taskd restore FILE --data-dir DIR``, board stopped) installs a backup and mints a
-new epoch: a new ``board_id``, with the one it replaces kept in ``board_meta``. A client whose
-cursor came from the lost future (revisions past the backup) would otherwise skip revisions once
-the restored board writes past it; with a new ``board_id`` every follower resets (SPEC §7.2). Before anything in the data directory
+new epoch: a new ``board_id``, with the one it replaces kept in ``board_meta``; with a new
+``board_id`` every follower that knows the old one resets (SPEC §7.2). A cursor names a revision,
+not a board, so the revisions of the lost future (past the backup's R, up to the replaced head H)
+are never reused: the restored board's counter moves past H, and ``(R, H]`` is recorded
+(``board_meta.restore_gaps``) so a cursor inside it is refused (``410 CURSOR_EXPIRED``) instead of
+resumed past rows the client never had. Before anything in the data directory
 changes, every blob in ``backup_blobs`` is checked against its digest and every attachment row
 must find its blob there; then ``backup_blobs`` is dropped from the installed file (the live
 schema has no such table), the blobs are written into ``attachments/`` (atomically, owner-only)
@@ -29,6 +32,7 @@ and the database is installed. A backup taken before backups carried blobs has n
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import sqlite3
 import time
@@ -43,6 +47,7 @@ from shared.errors import TaskloomError, validation
 from .commands.attachments import blob_holds, blob_path, write_blob
 from .compaction import ARCHIVE_DIR
 from .files import ensure_private_dir, fsync_file, move_atomic
+from .queries.activities import RESTORE_GAPS_KEY
 from .sqlite_store import SQLITE_MAGIC, migrate, schema_version, verify_triggers
 from .store import utc_now
 
@@ -170,6 +175,9 @@ class RestoreResult:
     #: Blobs the backup carried (written, or already in the attachments directory); None for a
     #: backup from before backups carried blobs (its attachments/ must be copied by hand).
     blobs: int | None = None
+    #: The head of the database replaced (its revisions past ``revision`` are the lost future);
+    #: None when there was none, or it could not be read.
+    replaced_head: int | None = None
 
 
 def _carried_blobs(conn: sqlite3.Connection, source: Path) -> int | None:
@@ -254,6 +262,7 @@ def restore(source: Path, data_dir: Path) -> RestoreResult:
     source = source.absolute()
     blobs = _check_backup(source)
     database = data_dir / "board.sqlite"
+    replaced_head = _head_of(database)
     incoming = data_dir / f".board.sqlite.restore-{secrets.token_hex(4)}.tmp"
     created: list[Path] = []
     try:
@@ -282,6 +291,8 @@ def restore(source: Path, data_dir: Path) -> RestoreResult:
                     (key, value),
                 )
             revision = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()[0]
+            if replaced_head is not None and replaced_head > revision:
+                _skip_lost_future(conn, revision, replaced_head)
             conn.execute("COMMIT")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
@@ -301,7 +312,46 @@ def restore(source: Path, data_dir: Path) -> RestoreResult:
         for leftover in (incoming, Path(f"{incoming}-wal"), Path(f"{incoming}-shm"), *created):
             leftover.unlink(missing_ok=True)
         raise
-    return RestoreResult(board_id, previous, revision, replaced, blobs)
+    return RestoreResult(board_id, previous, revision, replaced, blobs, replaced_head)
+
+
+def _head_of(database: Path) -> int | None:
+    """The head revision of the database a restore replaces (its WAL read too); None when there is
+    none, or it is too damaged to say (the new ``board_id`` is then all that tells followers)."""
+    if not database.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT revision FROM global_revision WHERE singleton = 1").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        # Damaged, or no board at all: the restore is for that case too. (A busy file stops the
+        # restore when it is set aside, before anything is installed.)
+        log.warning("restore_cannot_read_replaced_head", database=str(database), error=str(exc))
+        return None
+    return int(row[0]) if row is not None else None
+
+
+def _skip_lost_future(conn: sqlite3.Connection, restored: int, replaced_head: int) -> None:
+    """Move the counter past the lost future ``(restored, replaced_head]`` (to ``replaced_head + 1``)
+    and record it as a gap.
+
+    New rows then never carry a revision a client saw in the history the restore replaced, and a
+    cursor inside the gap is refused (``activities.check_not_expired``): the client read state
+    that is no longer the board's, and must rescan. Gaps the backup itself recorded stay (a
+    cursor from an earlier lost future is no better now).
+    """
+    # Past H, not to it: a follower starts from the head (/meta), which must not be inside the gap.
+    conn.execute("UPDATE global_revision SET revision = ? WHERE singleton = 1", (replaced_head + 1,))
+    row = conn.execute("SELECT value FROM board_meta WHERE key = ?", (RESTORE_GAPS_KEY,)).fetchone()
+    gaps = json.loads(row[0]) if row is not None else []
+    gaps.append([restored, replaced_head])
+    conn.execute(
+        "INSERT INTO board_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (RESTORE_GAPS_KEY, json.dumps(gaps)),
+    )
 
 
 def _drop_blobs(incoming: Path) -> None:

@@ -116,10 +116,28 @@ def unfiltered_wire(frames: Iterable[Frame], last_id: int) -> tuple[bytes, int]:
 def read_page(conn: Connection, after: int, limit: int = activities.REPLAY_PAGE) -> Page:
     """Streamable rows after ``after``, encoded; one call is one snapshot (``store.query``).
 
-    A position below the retention floor (a compaction ran while this reader was behind) is
-    refused, never read past: the stream closes and its client's reconnect is answered 410.
+    A stream's own read: a position below the retention floor (a compaction ran while the stream
+    was behind) is refused, never read past: the stream closes and its client's reconnect is
+    answered 410.
     """
     activities.check_not_expired(conn, after)
+    return _page(conn, after, limit)
+
+
+def read_live_page(conn: Connection, position: int, limit: int = LIVE_PAGE) -> Page:
+    """The log reader's read for the fan-out: the rows after ``position``, or after the floor
+    when a compaction has raised it past rows the reader had not read yet.
+
+    The reader is not a client and is not held to the floor: refusing it would close every live
+    stream, those above the floor too, and leave it stuck below the floor. A page that starts at
+    the floor is past the position of every stream still below it, so each of those leaves the
+    fan-out and reads by its own cursor (``read_page``: refused, its client gets the 410 it is
+    owed); the others take the page as usual.
+    """
+    return _page(conn, max(position, activities.floor(conn)), limit)
+
+
+def _page(conn: Connection, after: int, limit: int) -> Page:
     rows = activities.replay_after(conn, after, limit)
     frames = tuple(encode_row(row) for row in rows)
     full = len(frames) == limit
@@ -316,7 +334,7 @@ class LogReader:
                 # marked incomplete and reads the gap itself.
                 end = max(activities.head(conn), position)
                 return Page(position, end, (), complete=False) if end > position else None
-            page = read_page(conn, position, LIVE_PAGE)
+            page = read_live_page(conn, position)
         self.reads += 1
         self.rows_read += len(page.frames)
         return page if page.end > position else None

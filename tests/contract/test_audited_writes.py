@@ -54,6 +54,8 @@ STORE_WRITERS: dict[tuple[str, str], str] = {
     ("services/board/backup.py", "_set_aside"): "folds the replaced file's WAL in before it is set aside; the board is stopped",
     ("services/board/backup.py", "_copy_blobs"): "the attachment bytes written into the backup's own copy, not the board's file",
     ("services/board/backup.py", "_drop_blobs"): "drops the backup-only blob table from the file being installed; the board is stopped",
+    ("services/board/backup.py", "_skip_lost_future"): "moves the installed file's counter past the replaced head and "
+    "records that gap, part of the new epoch; the board is stopped",
     ("services/board/compaction.py", "raise_floor"):
         "retention moves the floor and removes archived rows: no card changes, no revision moves (SPEC §12)",
     ("services/board/compaction.py", "set_retention"):

@@ -199,8 +199,9 @@ async def test_a_follower_past_the_backup_misses_nothing_after_a_restore(taskd: 
             assert meta["previous_board_id"] == old_board and meta["board_id"] == new_board
 
             # The hub sees the new board_id and resets at the restored head, never resuming at R.
+            # That head is past the replaced one: the restored board never reuses a lost revision.
             reset = await follower.next_record()
-            assert reset == {"type": "reset", "reason": hp.RESET_BOARD_CHANGED, "revision": backed_up}, reset
+            assert reset == {"type": "reset", "reason": hp.RESET_BOARD_CHANGED, "revision": lost_future + 1}, reset
             written = [await comment(f"new epoch {n}") for n in range(lost_future - backed_up + 3)]
             assert written[-1] > lost_future, "the restored board writes past the follower's old cursor"
             rows = (await client.get(f"{API}/activities?after={backed_up}&limit=500")).body["items"]
@@ -208,7 +209,7 @@ async def test_a_follower_past_the_backup_misses_nothing_after_a_restore(taskd: 
             got = [(await follower.next_record()) for _ in expected]
             assert [record["type"] for record in got] == ["event"] * len(expected)
             assert [record["revision"] for record in got] == expected, "the follower missed none of them"
-            assert any(revision <= lost_future for revision in expected), "revisions the old cursor would skip"
+            assert all(revision > lost_future for revision in expected), "no new row reuses a lost revision"
             await follower.close()
 
             # events tail resumed with its old cursor and board id reports the reset, it does not skip.

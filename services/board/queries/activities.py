@@ -70,11 +70,36 @@ def cursor_expired(after: int | None, floor_revision: int) -> TaskloomError:
     )
 
 
+#: ``board_meta`` key: the lost futures of the restores this board went through, a JSON list of
+#: ``[restored, replaced_head]`` (services/board/backup.py); no revision in them is ever written.
+RESTORE_GAPS_KEY = "restore_gaps"
+
+
+def restore_gaps(meta: Mapping[str, str]) -> list[tuple[int, int]]:
+    return [(int(restored), int(replaced)) for restored, replaced in orjson.loads(meta.get(RESTORE_GAPS_KEY, "[]"))]
+
+
+def cursor_from_replaced_history(after: int, floor_revision: int, restored: int, replaced_head: int) -> TaskloomError:
+    return TaskloomError(
+        "CURSOR_EXPIRED",
+        f"cursor {after} is from a history this board no longer has: it was restored from a backup of revision "
+        f"{restored}, and revisions {restored + 1} to {replaced_head} of the history it replaced are not in it",
+        details={"after": after, "floor": floor_revision, "reason": "restored",
+                 "restored_revision": restored, "replaced_head": replaced_head},
+        hint="what this cursor saw may have been undone: rescan board state, then follow from /api/v1/meta's revision",
+    )
+
+
 def check_not_expired(conn: Connection, after: int) -> None:
-    """A reader resuming below the floor would miss the rows compacted away: 410, never a gap."""
-    current = floor(conn)
+    """A reader resuming below the floor would miss the rows compacted away, and one resuming
+    inside a restore's lost future would keep state the restore undid: 410, never a gap."""
+    meta = board_meta(conn)
+    current = int(meta.get("floor", "0"))
     if after < current:
         raise cursor_expired(after, current)
+    for restored, replaced_head in restore_gaps(meta):
+        if restored < after <= replaced_head:
+            raise cursor_from_replaced_history(after, current, restored, replaced_head)
 
 
 def replay_after(conn: Connection, cursor: int, limit: int = REPLAY_PAGE) -> list[Row]:

@@ -35,8 +35,16 @@ EVENTS_QUERY = {
 }
 
 
-def header_cursor(value: str | None) -> int | None:
-    """The ``Last-Event-ID`` cursor; a malformed one is refused, never read as 'from the start'."""
+def header_cursor(values: list[str]) -> int | None:
+    """The ``Last-Event-ID`` cursor; a malformed one is refused, never read as 'from the start'.
+
+    ``values`` is every ``Last-Event-ID`` line of the request. Two of them name two positions and
+    resolving them either way can skip rows the client never had, so they are refused like a
+    repeated ``?after=`` (RFC 9110 §5.3 would fold them into one list, which is no revision either).
+    """
+    if len(values) > 1:
+        raise validation("Last-Event-ID given more than once; send one", last_event_id=values)
+    value = values[0] if values else None
     if value is None or not value.strip():
         return None
     text = value.strip()
@@ -92,7 +100,7 @@ def resume_cursor(query_after: int | None, last_event_id: int | None) -> int | N
 
 async def stream_events(call: Call) -> web.StreamResponse:
     query_after: int | None = call.query.get("after")
-    after = resume_cursor(query_after, header_cursor(call.request.headers.get(LAST_EVENT_ID)))
+    after = resume_cursor(query_after, header_cursor(call.request.headers.getall(LAST_EVENT_ID, [])))
     events = event_filter(call.query.get("event"))
     project = call.query.get("project")
     position, task_id = await call.store.query(open_cursor, after, project, call.query.get("task"))
