@@ -47,6 +47,8 @@ def clean_env(tmp_path: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("TASKLOOM_")}
     env["TASKLOOM_RUNTIME_DIR"] = str(tmp_path / "run")
     env["TASKLOOM_DATA_DIR"] = str(tmp_path / "data")
+    # A command that took the value would go on to find a board: it must not leave one running.
+    env["TASKLOOM_NO_AUTOSTART"] = "1"
     return env
 
 
