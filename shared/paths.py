@@ -6,10 +6,19 @@ holds the board's SQLite file, token and attachments.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
 BOARD_POINTER = "board.json"
+
+
+def board_pointer_for(data_dir: Path) -> str:
+    """The name of the pointer of the board serving ``data_dir`` (absolute, symlinks resolved):
+    one per data directory beside ``board.json`` (the board started last), so two boards of one
+    user under one runtime directory are each found by a client that names its data directory."""
+    digest = hashlib.sha256(str(data_dir).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return f"board-{digest}.json"
 #: Where ``taskd serve`` listens unless told otherwise (and where ``loop install`` points the units).
 BOARD_PORT = 7431
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from services.board.process import lock_file, pid_alive
-from shared.paths import BOARD_POINTER, data_dir, runtime_dir
+from shared.paths import BOARD_POINTER, board_pointer_for, data_dir, runtime_dir
 
 from .errors import TaskctlError, redact, remember_secret
 from .http import health
@@ -77,13 +77,23 @@ def normalise_url(url: str) -> str:
 
 
 def pointer_path(environ: Mapping[str, str] | None = None) -> Path:
-    return runtime_dir(os.environ if environ is None else environ, Path.home()) / BOARD_POINTER
+    """Where this client looks for its board: with ``TASKLOOM_DATA_DIR`` set, the pointer of the
+    board serving that data directory; else ``board.json``, the board started last."""
+    env = os.environ if environ is None else environ
+    runtime = runtime_dir(env, Path.home())
+    if env.get("TASKLOOM_DATA_DIR"):
+        return runtime / board_pointer_for(default_data_dir(env).resolve())
+    return runtime / BOARD_POINTER
 
 
 def read_pointer(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The board pointer, when this user's: in a directory and a file this uid owns and that
     nobody else may write (anyone may create ``/tmp/x`` first and name it the runtime directory)."""
     path = pointer_path(environ)
+    return _pointer_at(path)
+
+
+def _pointer_at(path: Path) -> dict[str, Any] | None:
     if _unsafe(path.parent, GROUP_OTHER_WRITE):
         return None
     try:

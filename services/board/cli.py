@@ -17,8 +17,8 @@ from aiohttp import web
 
 from shared import knobs
 from shared.errors import TaskloomError
-from shared.paths import BOARD_POINTER, runtime_dir
 from shared.paths import data_dir as default_data_dir
+from shared.paths import runtime_dir
 
 from .app import create_app
 from .auth import LOGIN_CODE_TTL
@@ -27,7 +27,7 @@ from .descriptors import raise_nofile_limit, reserve_within
 from .files import NotOwned, ensure_private_dir, restrict_umask, tighten
 from .keys import CREDENTIALS, STORE
 from .lock import LOCK_FILE, DataDirBusy, DataDirLock
-from .pointer import remove_pointer_if_mine, write_pointer
+from .pointer import pointer_names, remove_pointer_if_mine, write_pointer
 from .process import ShutdownSignals, configure_logging, exit_forced
 from .settings import SERVE_KNOBS, BoardSettings
 from .sqlite_store import migrate, verify_triggers
@@ -40,7 +40,7 @@ DATABASE_SIBLINGS = tuple(f"{DATABASE_FILE}{suffix}" for suffix in ("-wal", "-sh
 DATA_FILES = (DATABASE_FILE, *DATABASE_SIBLINGS, "token", LOCK_FILE)
 DATA_DIRS = ("logs", "attachments")
 #: What the board and ``taskctl``'s autostart keep in the runtime directory.
-RUNTIME_FILES = (BOARD_POINTER, "board-start.lock")
+RUNTIME_FILES = ("board-start.lock",)  # and the pointers (``pointer_names``)
 
 log = structlog.get_logger("taskd")
 
@@ -72,7 +72,7 @@ async def serve(settings: BoardSettings, *, lock: DataDirLock | None = None, sta
         # A second signal: streams and requests are not waited for, but the port closes and the
         # pointer goes, so nobody is sent to a board that is no longer there.
         log.warning("board_forced_exit", pid=pid)
-        exit_forced(*([server.close] if server is not None else []), lambda: remove_pointer_if_mine(runtime, pid))
+        exit_forced(*([server.close] if server is not None else []), lambda: remove_pointer_if_mine(runtime, pid, settings.data_dir))
 
     # Handlers before the pointer: a SIGTERM from whoever just read it must still remove it.
     with ShutdownSignals(force=forced) as signals:
@@ -100,7 +100,7 @@ async def serve(settings: BoardSettings, *, lock: DataDirLock | None = None, sta
             await signals.requested.wait()
         finally:
             log.info("board_stopping")
-            remove_pointer_if_mine(runtime, pid)
+            remove_pointer_if_mine(runtime, pid, settings.data_dir)
             await runner.cleanup()
             log.info("board_stopped")
 
@@ -155,7 +155,7 @@ def prepare_data_dir(directory: Path, runtime: Path) -> DataDirLock:
             for entry in logs.iterdir():
                 tighten(entry)
         ensure_private_dir(runtime)
-        for name in RUNTIME_FILES:
+        for name in (*RUNTIME_FILES, *pointer_names(directory)):
             tighten(runtime / name)
     except BaseException:
         lock.release()

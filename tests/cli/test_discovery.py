@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shared.paths import board_pointer_for
 from tests.cli.conftest import TASKCTL, Taskctl, base_env
 from tests.support.board import TaskdProcess
 from tests.support.waiting import wait_until
@@ -92,7 +93,7 @@ def test_no_autostart_refuses_clearly_and_starts_nothing(tmp_path: Path, pycache
         "error": {
             "code": "NO_BOARD",
             "message": "no running board found and autostart is off (TASKLOOM_NO_AUTOSTART=1)",
-            "details": {"pointer": str(tmp_path / "run" / "board.json")},
+            "details": {"pointer": str(tmp_path / "run" / board_pointer_for((tmp_path / "data").resolve()))},
             "hint": "start one with `taskd serve`, or name one with --url / TASKLOOM_URL",
         },
     }

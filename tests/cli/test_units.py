@@ -10,6 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from shared.paths import board_pointer_for
 from taskctl.actors import resolve_actor
 from taskctl.attachment_cmd import filename_from
 from taskctl.command import REF, actor_ref
@@ -81,7 +82,9 @@ def test_token_order_option_env_then_the_pointers_file(tmp_path: Path) -> None:
     elsewhere.write_text("tl_" + "2" * 64)
     for token_file in (data / "token", elsewhere):
         token_file.chmod(0o600)  # a token file others may read is not believed (test_pointer_ownership.py)
-    (runtime / "board.json").write_text(json.dumps({"url": "http://127.0.0.1:5555", "pid": 1, "token_file": str(elsewhere)}))
+    # The pointer of the board serving the data directory this client names.
+    (runtime / board_pointer_for(data.resolve())).write_text(
+        json.dumps({"url": "http://127.0.0.1:5555", "pid": 1, "token_file": str(elsewhere)}))
     env = {"TASKLOOM_RUNTIME_DIR": str(runtime), "TASKLOOM_DATA_DIR": str(data)}
     # The URL is the pointer's: its token file is used.
     assert resolve_board("http://127.0.0.1:5555", environ=env).token == "tl_" + "2" * 64

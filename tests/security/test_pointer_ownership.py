@@ -17,7 +17,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from taskctl.discovery import live_pointer, read_pointer, resolve_board
+from taskctl.discovery import live_pointer, pointer_path, read_pointer, resolve_board
 from tests.support.board import VENV_BIN, TaskdProcess
 from tests.support.other_user import OtherUser, other_user  # noqa: F401 (fixture)
 from tests.support.waiting import wait_until
@@ -94,7 +94,7 @@ def test_a_pointer_others_may_write_is_not_read(tmp_path: Path) -> None:
     board = TaskdProcess(data_dir=tmp_path / "data", runtime_dir=tmp_path / "run", log_path=tmp_path / "taskd.log")
     board.start()
     env = board.env()
-    pointer = board.runtime_dir / "board.json"
+    pointer = pointer_path(board.env())  # the pointer this client reads: its data directory's
     try:
         assert live_pointer(env) is not None
         board.runtime_dir.chmod(0o777)
@@ -116,7 +116,7 @@ def test_a_pointer_naming_another_users_process_is_not_trusted(
     board = TaskdProcess(data_dir=tmp_path / "data", runtime_dir=tmp_path / "run", log_path=tmp_path / "taskd.log")
     board.start()
     idle = other_user.popen(IDLE)
-    pointer = board.runtime_dir / "board.json"
+    pointer = pointer_path(board.env())  # the pointer this client reads: its data directory's
     try:
         wait_until(lambda: "UP" in idle.lines or idle.process.poll() is not None, timeout=10,
                    what="the other user's process")
