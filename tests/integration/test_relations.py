@@ -196,6 +196,46 @@ async def test_blocks_cycle_is_refused(client: BoardClient, board: RunningBoard,
     await refused(client, board, ring[-1]["id"], {"type": "blocks", "target": ring[0]["id"]}, "RELATION_CYCLE", 409)
 
 
+async def test_an_epic_blocking_its_own_child_is_refused(client: BoardClient, board: RunningBoard) -> None:
+    # The child would wait for the epic (the dependency gate) and the epic for the child (rollup).
+    epic, child = await epic_chain(client, 2)
+    error = await refused(client, board, epic["id"], {"type": "blocks", "target": child["id"]}, "RELATION_CYCLE", 409)
+    assert error["details"] == {"type": "blocks", "source": epic["identifier"], "target": child["identifier"], "waits": True}
+    assert "neither could ever finish" in error["message"]
+
+
+async def test_an_epic_blocking_a_grandchild_is_refused(client: BoardClient, board: RunningBoard) -> None:
+    top, _, bottom = await epic_chain(client, 3)
+    await refused(client, board, top["id"], {"type": "blocks", "target": bottom["id"]}, "RELATION_CYCLE", 409)
+
+
+async def test_a_parent_over_a_task_its_epic_blocks_is_refused(client: BoardClient, board: RunningBoard) -> None:
+    epic = await make_task(client, title="Epic", kind="epic")
+    task = await make_task(client)
+    await relate(client, epic, "blocks", task)
+    error = await refused(client, board, epic["id"], {"type": "parent", "target": task["id"]}, "RELATION_CYCLE", 409)
+    assert error["details"] == {"type": "parent", "source": epic["identifier"], "target": task["identifier"], "waits": True}
+
+
+async def test_a_ring_of_children_and_blockers_is_refused(client: BoardClient, board: RunningBoard) -> None:
+    # epic waits for child, child waits for its blocker; the blocker waiting for the epic closes it.
+    epic, child = await epic_chain(client, 2)
+    blocker = await make_task(client, title="Blocker")
+    await relate(client, blocker, "blocks", child)
+    await refused(client, board, epic["id"], {"type": "blocks", "target": blocker["id"]}, "RELATION_CYCLE", 409)
+
+
+async def test_waiting_one_way_through_children_and_blockers_is_fine(client: BoardClient) -> None:
+    epic, child = await epic_chain(client, 2)
+    sibling = await make_task(client, title="Sibling")
+    await relate(client, epic, "parent", sibling)
+    await relate(client, child, "blocks", epic)  # the epic waits for its child twice over: no ring
+    await relate(client, child, "blocks", sibling)
+    outside = await make_task(client, title="Outside")
+    await relate(client, epic, "blocks", outside)
+    await relate(client, outside, "blocks", await make_task(client, title="Later"))
+
+
 async def test_depth_nine_is_refused(client: BoardClient, board: RunningBoard) -> None:
     chain = await epic_chain(client, 8)
     ninth = await make_task(client, title="Ninth")

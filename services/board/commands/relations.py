@@ -40,6 +40,33 @@ def _reaches(tx: Tx, type_: str, start: str, goal: str) -> bool:
     return row is not None
 
 
+def _waits_for(tx: Tx, start: str, goal: str) -> bool:
+    """Whether ``start`` waits, however indirectly, for ``goal`` to finish: an epic waits for its
+    children (its rollup delivers it when they are all finished), a blocked task for its blockers
+    (the dependency gate holds it until they are)."""
+    row = tx.one(
+        "WITH RECURSIVE walk(id) AS (SELECT id FROM tasks WHERE id = ? UNION"
+        " SELECT CASE WHEN r.type = 'parent' THEN r.target_id ELSE r.source_id END"
+        " FROM relations r JOIN walk w"
+        " ON (r.type = 'parent' AND r.source_id = w.id) OR (r.type = 'blocks' AND r.target_id = w.id))"
+        " SELECT 1 FROM walk WHERE id = ?",
+        (start, goal),
+    )
+    return row is not None
+
+
+def _deadlock(type_: str, source: Row, target: Row) -> TaskloomError:
+    """``source <type_> target`` would make two cards wait for each other: neither could finish."""
+    first, then = (target, source) if type_ == "parent" else (source, target)
+    return _refuse(
+        "RELATION_CYCLE",
+        f"{first['identifier']} already waits for {then['identifier']} to finish (through its children or its"
+        f" blockers); {source['identifier']} {type_} {target['identifier']} would make each wait for the other,"
+        " and neither could ever finish",
+        type=type_, source=source["identifier"], target=target["identifier"], waits=True,
+    )
+
+
 def _cycle(type_: str, source: Row, target: Row) -> TaskloomError:
     return _refuse(
         "RELATION_CYCLE",
@@ -124,8 +151,15 @@ def add_relation(tx: Tx, ref: str, *, type: str, target: str) -> dict[str, Any]:
     if type == "parent":
         _check_parent(tx, source, target_row)
     elif type == "blocks" and _reaches(tx, "blocks", target_row["id"], source["id"]):
-        # A ring of blockers can never start; the schema has no trigger for this one.
+        # A ring of blockers can never start (relations_blocks_acyclic is the schema's backstop).
         raise _cycle(type, source, target_row)
+    # A ring that mixes the two waits as surely: an epic blocking its own child (the child waits
+    # for the epic, the epic for the child). The code alone checks this one: the schema's triggers
+    # guard each relation type's own rings.
+    if type == "parent" and _waits_for(tx, target_row["id"], source["id"]):
+        raise _deadlock(type, source, target_row)
+    if type == "blocks" and _waits_for(tx, source["id"], target_row["id"]):
+        raise _deadlock(type, source, target_row)
 
     relation_id = new_id()
     tx.execute(
