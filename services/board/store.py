@@ -629,6 +629,7 @@ class WriterStore:
                 log.exception("write_batch_failed", commands=len(batch))
                 with contextlib.suppress(Exception):
                     self._abandon(self._writer_conn())
+                self._left_head = None  # nothing the batch's commands cached is known to have committed
                 for job in batch:
                     job.lose(self._lost(exc))
                 revision = 0
@@ -683,6 +684,10 @@ class WriterStore:
                     # commands before this one are gone too, and nobody has been told otherwise.
                     for earlier in batch[:position]:
                         earlier.lose(self._lost(exc))
+                    # What those commands read and cached (a project's settings one of them
+                    # changed) never committed: the next batch reads afresh, as after another
+                    # process's commit (``Tx.others_committed``).
+                    self._left_head = None
                     return self._run_rest(batch[position + 1:])
                 if savepoints:
                     self._steps(conn, "ROLLBACK TO command", "RELEASE command", *following)

@@ -8,6 +8,9 @@ read back from the log beside the marks it left.
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from services.board.commands import projects, tasks
 from services.board.conditions import marks, temporal
 from services.board.conditions.signals import Signal
 from services.board.conditions.timer import ConditionsEngine
+from services.board.sqlite_store import SqliteStore
 from services.board.store import Actor, WriterStore
 from shared import events
 from tests.store.engines import open_store
@@ -180,3 +184,56 @@ def test_settings_changed_through_another_store_are_what_the_next_command_here_j
         assert said_since(board, start) == [(events.WIP_EXCEEDED, {"status": "backlog", "count": 2, "limit": 1})]
     finally:
         other.close()
+
+
+async def test_settings_from_a_batch_the_database_lost_are_not_judged_by_later_commands(tmp_path: Path) -> None:
+    """SQLite can roll a whole transaction back by itself (a full disk, an I/O error): the batch's
+    earlier commands are lost with it. A command in that batch that read a project's settings
+    changed earlier in the same batch must not leave them cached: they never committed."""
+    store = SqliteStore(tmp_path / "board.sqlite")
+    store.open()
+    try:
+        run(store, projects.create_project, id="demo", name="Demo")
+        ConditionsEngine(store, claim_fresh_seconds=600)
+        a, _ = run(store, tasks.create_task, project="demo", title="first")
+        b, _ = run(store, tasks.create_task, project="demo", title="second")
+        started, release = threading.Event(), threading.Event()
+
+        def hold_the_writer(tx: Any) -> None:
+            # The batch after this one is everything queued meanwhile: one transaction.
+            started.set()
+            release.wait(10)
+
+        def lose_the_transaction(tx: Any) -> None:
+            # What SQLite itself does on SQLITE_FULL or SQLITE_IOERR: the transaction is gone.
+            tx.conn.execute("ROLLBACK")
+            raise sqlite3.OperationalError("disk I/O error")
+
+        async def holding_started() -> bool:
+            return started.is_set()
+
+        async def all_queued() -> bool:
+            return store._queue.qsize() == len(lost)
+
+        holding = asyncio.ensure_future(store.command(hold_the_writer, ANN))
+        await async_wait_until(holding_started, what="the writer runs the holding command")
+        lost = [
+            asyncio.ensure_future(store.command(projects.update_project, ANN, "demo", settings={
+                "wip_limits": {"backlog": 1}, "persist_conditions": [events.WIP_EXCEEDED]})),
+            asyncio.ensure_future(store.command(tasks.move_task, ANN, a["id"], to="backlog")),  # reads the new limit
+            asyncio.ensure_future(store.command(lose_the_transaction, ANN)),
+        ]
+        await async_wait_until(all_queued, what="the three commands queued")
+        release.set()
+        await holding
+        outcomes = await asyncio.gather(*lost, return_exceptions=True)
+        assert all(isinstance(outcome, Exception) for outcome in outcomes), outcomes
+        assert store.run_query(lambda conn: conn.execute("SELECT settings_json FROM projects").fetchone()[0]) == "{}"
+
+        start = head(store)
+        await store.command(tasks.move_task, ANN, a["id"], to="backlog")
+        await store.command(tasks.move_task, ANN, b["id"], to="backlog")
+        # The committed settings have no limit and keep no condition rows: nothing to say.
+        assert said_since(store, start) == []
+    finally:
+        store.close()
