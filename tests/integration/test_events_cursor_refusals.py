@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from services.board.keys import STREAMS
+from services.board.queries.paging import encode_cursor
 from shared import events
 from shared.sse import SSEMessage, SSEParser
 from tests.support.board import API, BoardClient, RunningBoard, make_task, start_board, taskd_restore
@@ -193,3 +194,71 @@ async def test_a_cursor_from_the_history_a_restore_replaced_is_refused(tmp_path:
                 writer.close()
         finally:
             await board.runner.cleanup()
+
+
+async def test_an_activities_page_cursor_from_the_history_a_restore_replaced_is_refused(tmp_path: Path) -> None:
+    """Row ids are the log's own numbering, and a restored board numbers its new rows on from the
+    backup's last id: the lost history's ids come again, meaning other rows. A client paging
+    ``/activities`` that held a cursor late in the lost history used to resume after that id and
+    never see the new rows below it. The page cursor names the board that issued it; one from
+    before the restore is ``410 CURSOR_EXPIRED`` (reason ``restored``), and a page from the start
+    of the restored board shows every row."""
+    data_dir = tmp_path / "data"
+    backup_file = tmp_path / "board.backup"
+    board = await start_board(data_dir)
+    async with aiohttp.ClientSession() as session:
+        try:
+            client = BoardClient(board.url, board.token, session)
+            task = await make_task(client, title="kept")
+            assert (await client.post(f"{API}/admin/backup", {"path": str(backup_file)})).status == 200
+            for n in range(6):  # the future the restore will lose
+                assert (await client.post(f"{API}/tasks/{task['id']}/comments", {"body": f"lost {n}"})).status == 201
+            listed = await client.get(f"{API}/activities?limit=1&order=desc")
+            assert listed.status == 200, listed.body
+            late_cursor = listed.body["next_cursor"]  # just below the newest row of the lost history
+            old = (await client.get(f"{API}/meta")).body
+        finally:
+            await board.runner.cleanup()
+
+        assert taskd_restore(backup_file, data_dir).returncode == 0
+        board = await start_board(data_dir)
+        try:
+            client = BoardClient(board.url, board.token, session)
+            for n in range(8):  # the new history: its rows take the lost history's ids again
+                assert (await client.post(f"{API}/tasks/{task['id']}/comments", {"body": f"new {n}"})).status == 201
+            meta = (await client.get(f"{API}/meta")).body
+            for order in ("asc", "desc"):
+                before = (await client.get(f"{API}/meta")).body["revision"]
+                refused = await client.get(f"{API}/activities?cursor={late_cursor}&order={order}")
+                assert refused.status == 410 and refused.body["error"]["code"] == "CURSOR_EXPIRED", refused.body
+                assert refused.body["error"]["details"] == {
+                    "reason": "restored", "cursor_board_id": old["board_id"], "board_id": meta["board_id"]}
+                assert (await client.get(f"{API}/meta")).body["revision"] == before  # a refusal writes nothing
+            # A cursor the restored board issued pages on through every new row.
+            first = await client.get(f"{API}/activities?limit=2")
+            assert first.status == 200, first.body
+            rest = await client.get(f"{API}/activities?cursor={first.body['next_cursor']}&limit=500")
+            assert rest.status == 200, rest.body
+            rows = [*first.body["items"], *rest.body["items"]]
+            assert [row["event"] for row in rows].count(events.COMMENT_ADDED) == 8, rows
+        finally:
+            await board.runner.cleanup()
+
+
+async def test_activities_page_cursors_name_their_board(board: RunningBoard, client: BoardClient) -> None:
+    task = await make_task(client)
+    for n in range(3):
+        assert (await client.post(f"{API}/tasks/{task['id']}/comments", {"body": f"c{n}"})).status == 201
+    board_id = (await client.get(f"{API}/meta")).body["board_id"]
+    first = await client.get(f"{API}/activities?limit=1")
+    rest = (await client.get(f"{API}/activities?cursor={first.body['next_cursor']}&limit=100")).body["items"]
+    # A cursor of the older shape (the id alone, issued before cursors named their board) pages on.
+    older = await client.get(f"{API}/activities?cursor={encode_cursor(first.body['items'][0]['id'])}&limit=100")
+    assert older.status == 200 and older.body["items"] == rest
+    foreign = await client.get(f"{API}/activities?cursor={encode_cursor(('brd_0123456789abcdef', '1'))}")
+    assert foreign.status == 410 and foreign.error == "CURSOR_EXPIRED", foreign.body
+    assert foreign.body["error"]["details"] == {
+        "reason": "another_board", "cursor_board_id": "brd_0123456789abcdef", "board_id": board_id}
+    for position in ("x1", "-1", "²", ""):
+        bad = await client.get(f"{API}/activities?cursor={encode_cursor((board_id, position))}")
+        assert (bad.status, bad.error) == (400, "VALIDATION_FAILED"), (position, bad.body)

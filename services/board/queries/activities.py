@@ -10,11 +10,11 @@ from typing import Any
 
 import orjson
 
-from shared.errors import TaskloomError
+from shared.errors import TaskloomError, validation
 from shared.limits import MAX_CHANGES_BYTES, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 
 from ..dialect import Connection, Row
-from .paging import decode_cursor, page
+from .paging import decode_cursor, decode_key_cursor, page
 from .projects import require_project
 
 ACTIVITY_COLUMNS = "id, task_id, project_id, actor_kind, actor_id, event, changes_json, revision, created_at"
@@ -90,10 +90,46 @@ def cursor_from_replaced_history(after: int, floor_revision: int, restored: int,
     )
 
 
+def cursor_from_another_board(cursor_board: str, meta: Mapping[str, str]) -> TaskloomError:
+    restored = cursor_board == meta.get("previous_board_id")
+    return TaskloomError(
+        "CURSOR_EXPIRED",
+        f"this page cursor was issued by board {cursor_board}, not by this one ({meta.get('board_id')})"
+        + (": the board was restored from a backup since, and the rows after the cursor may be"
+           " ones the restore undid or new ones numbered alike" if restored else ""),
+        details={"reason": "restored" if restored else "another_board", "cursor_board_id": cursor_board,
+                 "board_id": meta.get("board_id")},
+        hint="page again from the start, or follow from /api/v1/meta's revision",
+    )
+
+
+def _page_position(cursor: str, meta: Mapping[str, str]) -> int:
+    """The row id an ``/activities`` page cursor continues after.
+
+    Row ids are the log's own numbering, and a restored board numbers its new rows on from the
+    backup's last id: the ids of the history it replaced come again, meaning other rows. So a page
+    cursor names the board that issued it (``board_id``, new at every restore) beside the id, and
+    one from another board is refused rather than taken as a position here. A cursor of the older
+    shape (an id alone) names no board and is taken as it always was.
+    """
+    try:
+        cursor_board, position = decode_key_cursor(cursor, 2)
+    except TaskloomError:
+        return decode_cursor(cursor)
+    if not (position.isascii() and position.isdigit()):
+        raise validation("malformed cursor", cursor=cursor)
+    if cursor_board != meta.get("board_id"):
+        raise cursor_from_another_board(cursor_board, meta)
+    return int(position)
+
+
 def check_not_expired(conn: Connection, after: int) -> None:
     """A reader resuming below the floor would miss the rows compacted away, and one resuming
     inside a restore's lost future would keep state the restore undid: 410, never a gap."""
-    meta = board_meta(conn)
+    _check_position(board_meta(conn), after)
+
+
+def _check_position(meta: Mapping[str, str], after: int) -> None:
     current = int(meta.get("floor", "0"))
     if after < current:
         raise cursor_expired(after, current)
@@ -125,14 +161,15 @@ def list_activities(
     """A keyset page of activities by id; ``after`` filters by revision, ``cursor`` continues a page."""
     clauses: list[str] = []
     params: list[Any] = []
+    meta = board_meta(conn)
     if after is not None:
-        check_not_expired(conn, after)
+        _check_position(meta, after)
     descending = order == "desc"
-    if cursor is not None and not descending:
+    position = _page_position(cursor, meta) if cursor is not None else None
+    if position is not None and not descending:
         # An ascending page continues after a row id; rows past it that were compacted away since
         # the last page would be skipped without a word.
-        meta = board_meta(conn)
-        if decode_cursor(cursor) < int(meta.get("floor_id", "0")):
+        if position < int(meta.get("floor_id", "0")):
             raise cursor_expired(after, int(meta.get("floor", "0")))
     if after is not None:
         clauses.append("revision > ?")
@@ -150,13 +187,14 @@ def list_activities(
     if actor is not None:
         clauses.append("actor_id = ?")
         params.append(actor)
-    if cursor is not None:
+    if position is not None:
         clauses.append("id < ?" if descending else "id > ?")
-        params.append(decode_cursor(cursor))
+        params.append(position)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     direction = "DESC" if descending else "ASC"
     rows = conn.execute(
         f"SELECT {ACTIVITY_COLUMNS} FROM task_activities {where} ORDER BY id {direction} LIMIT ?",
         (*params, limit + 1),
     ).fetchall()
-    return page(rows, limit=limit, item=to_frame, key=lambda row: row["id"])
+    board_id = meta.get("board_id", "")
+    return page(rows, limit=limit, item=to_frame, key=lambda row: (board_id, str(row["id"])))
