@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
 
@@ -28,6 +28,9 @@ from shared.paths import BOARD_PORT
 from .command import command, current, run_async
 from .discovery import current_token, default_data_dir, normalise_url
 from .errors import TaskctlError
+
+if TYPE_CHECKING:
+    from services.hub.client import CursorBoard
 
 #: Where the loop's files live unless ``--state-dir`` says otherwise: ``<data_dir>/loop``.
 STATE_DIR_ENV = subscriber_settings.STATE_DIR_ENV
@@ -85,6 +88,7 @@ def subscribe(
     (<state-dir>/sessions.state.json) and the continue lock (<state-dir>/continue.lock).
     Publishes <state-dir>/subscribe.state.json; stops cleanly on SIGTERM/SIGINT (exit 0).
     """
+    from services.hub.client import CursorBoard
     from services.subscriber import state as st
     from services.subscriber.classify import LoopIdentity
     from services.subscriber.process import configure_logging
@@ -107,11 +111,14 @@ def subscribe(
     inherited_umask = _private_state_dir(directory)
     held = _hold_subscribe_lock(directory)
     try:
+        # Before the state file is read: a value in it that cannot be used is said in the log.
+        configure_logging(sys.stderr, level=logging.DEBUG if verbose else logging.INFO)
         path = st.state_path(directory)
         previous = st.read_state(path)
         after = _resume_revision(previous, board.url)
         replay = _pending_wakes(previous, board.url)
-        configure_logging(sys.stderr, level=logging.DEBUG if verbose else logging.INFO)
+        #: The board the saved cursor counts in: named in the first follow, kept current from the hub.
+        history = CursorBoard(board_id=st.saved_board_id(previous, board.url))
         publisher = st.Publisher(
             path,
             {"board": board.url, "agents": list(agents), "director": director, "state_dir": str(directory)},
@@ -121,13 +128,14 @@ def subscribe(
 
         async def main() -> int:
             subscriber = Subscriber(
-                hub_stream(board.url, lambda: current_token(board), start_hub=start_hub),
+                hub_stream(board.url, lambda: current_token(board), start_hub=start_hub, history=history),
                 who,
                 TurnRunner(on_wake, directory, umask=inherited_umask),
                 publisher,
                 timing=timing,
                 after=after,
                 replay=replay,
+                cursor_board=lambda: history.board_id,
             )
             return await subscriber.run_until_signalled()
 
@@ -194,7 +202,7 @@ def _pending_wakes(previous: dict[str, Any] | None, board_url: str) -> tuple[str
 
 
 def hub_stream(
-    board_url: str, board_token: str | Callable[[], str | None], *, start_hub: bool = True
+    board_url: str, board_token: str | Callable[[], str | None], *, start_hub: bool = True, history: CursorBoard | None = None
 ) -> Callable[[int | None], AsyncGenerator[dict[str, Any], None]]:
     """One hub connection per call: find (or start) the hub, ``follow`` after a revision, yield records.
 
@@ -202,12 +210,14 @@ def hub_stream(
     reconnect ladder is the subscriber's, not the hub client's. ``board_token`` may be a
     callable, read on every call: after a ``token rotate`` the next connection goes to the hub
     keyed by the new token (the old one says ``error UNAUTHORIZED`` once its board refuses it).
+    ``history`` (a ``CursorBoard``): the board the cursor comes from, named on every resume; the
+    caller passes its own to seed it from a saved cursor and to save what it learns.
     """
     from services.hub import client
 
     read_token = board_token if callable(board_token) else (lambda: board_token)
     #: The board the subscriber's cursor comes from, named on resume (a restore starts a new history).
-    history = client.CursorBoard()
+    cursor_board = history if history is not None else client.CursorBoard()
 
     async def find_running(board_token: str) -> Any:
         from services.hub.pointer import read_pointer
@@ -227,11 +237,11 @@ def hub_stream(
             raise client.HubError(hp.UNAUTHORIZED, "no board token (the token file is gone?)")
         address = await (client.find_or_start(board_url, board_token) if start_hub else find_running(board_token))
         session = await client.HubSession.connect(address)
-        history.opened(session)
+        cursor_board.opened(session)
         try:
-            await session.send(history.follow(after=after, idle_ms=0))
+            await session.send(cursor_board.follow(after=after, idle_ms=0))
             while (record := await session.receive()) is not None:
-                history.saw(record)
+                cursor_board.saw(record)
                 yield record
         finally:
             session.close()

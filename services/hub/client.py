@@ -400,10 +400,14 @@ class CursorBoard:
     The records of a session belong to the board its ``welcome`` named; after a ``reset`` the
     hub may follow another board whose id the stream does not say, so none is claimed until the
     next session's ``welcome``. Claiming none is safe (the hub then judges by revision alone).
+
+    ``board_id``: the board of a cursor an earlier process saved (the loop subscriber's state
+    file), so the first ``follow`` after a restart names it too: a board replaced meanwhile then
+    answers ``reset`` instead of replaying its own revisions after a number of the old one.
     """
 
-    def __init__(self) -> None:
-        self.board_id: str | None = None
+    def __init__(self, board_id: str | None = None) -> None:
+        self.board_id: str | None = board_id
         self._session_board: str | None = None
 
     def opened(self, session: HubSession) -> None:
@@ -411,7 +415,12 @@ class CursorBoard:
 
     def follow(self, *, after: int | None, **fields: Any) -> dict[str, Any]:
         """The ``follow`` request resuming after ``after``, naming its board when known."""
-        return hp.follow(after=after, board_id=self.board_id if after is not None else None, **fields)
+        named = self.board_id if after is not None else None
+        if self._session_board is None:
+            # A hub that has not reached its board yet compares the named board at first contact
+            # and resets us if it is another: what comes without a reset is of the named board.
+            self._session_board = named
+        return hp.follow(after=after, board_id=named, **fields)
 
     def saw(self, record: dict[str, Any]) -> None:
         kind = record.get("type")

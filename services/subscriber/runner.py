@@ -12,7 +12,9 @@ moves the cursor: it has no revision and is never replayed. This module
 owns everything around it: its own 1 s → 30 s reconnect ladder (reset by each ``open``), the
 cursor it resumes from, and a silence timeout (the hub heartbeats every 15 s; three missed
 heartbeats and the connection is presumed dead). It imports no other service (SPEC §2): taskctl
-hands it a stream built on the hub client.
+hands it a stream built on the hub client, and with it ``cursor_board``, the hub client's word on
+which board the cursor counts in, which the state file keeps beside the cursor so that a restart
+names it in its first ``follow``.
 
 An ``error UNAUTHORIZED`` (the hub's board refused its token, or a hub we started exited for
 that reason) publishes ``unauthorized`` instead of ``reconnecting``: the token was most likely
@@ -52,6 +54,9 @@ RESET_WAKE: Final = "reset"
 Record = dict[str, Any]
 #: Opens one hub connection that resumes after the given revision (None: live from the head).
 OpenStream = Callable[[int | None], AsyncGenerator[Record, None]]
+#: The ``board_id`` of the board the cursor counts in, as the stream's hub client knows it after
+#: the records it has yielded (None: unknown); published with the cursor.
+CursorBoardId = Callable[[], str | None]
 
 log = structlog.get_logger("taskloom.subscriber")
 
@@ -77,8 +82,11 @@ class Subscriber:
         timing: Timing = Timing(),
         after: int | None = None,
         replay: tuple[str, ...] = (),
+        cursor_board: CursorBoardId = lambda: None,
     ) -> None:
         self._open = open_stream
+        #: Which board ``cursor`` counts in: saved with it, so a restart can name it to the hub.
+        self._cursor_board = cursor_board
         self.who = who
         self.turns = turns
         self.publisher = publisher
@@ -144,7 +152,8 @@ class Subscriber:
     async def run(self) -> int:
         """Follow and drive turns until ``request_stop``; 0 on a clean stop, 1 if a part failed."""
         waiting = waiting_for(self.turns.state_dir)
-        self.publisher.set_state(STARTING, revision=self.cursor, resume_after=None, started_at=utc_now(), pending=False,
+        self.publisher.set_state(STARTING, revision=self.cursor, board_id=self._cursor_board(), resume_after=None,
+                                 started_at=utc_now(), pending=False,
                                  turns=dict(self.counts), reconnects=0, last_wake_at=None, last_turn=None,
                                  waiting_for=waiting)
         log.info("subscriber_starting", agents=sorted(self.who.agents), director=self.who.director, after=self.cursor)
@@ -250,6 +259,9 @@ class Subscriber:
 
     def _handle(self, record: Record) -> None:
         kind = record.get("type")
+        # The hub client has read this record already: the board it names now is that of the
+        # cursor this record leaves, so both go into the same write of the state file.
+        self.publisher.update(board_id=self._cursor_board())
         revision = record.get("revision")
         if isinstance(revision, bool) or not isinstance(revision, int):
             revision = None

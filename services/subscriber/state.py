@@ -4,6 +4,12 @@ One JSON object, replaced atomically (temp file, fsync, rename) so a reader neve
 it. ``taskctl loop status`` reads it and trusts ``state`` only while ``pid`` is alive: a process
 killed with SIGKILL cannot write ``stopped``, so a dead pid means ``not running`` whatever the
 file says.
+
+``board_id`` beside ``revision`` names the board that revision counts in, written in the same
+record so the two never disagree: a restart names it in its first ``follow``, and a board
+replaced meanwhile (a restore, another board on the same URL) answers ``reset`` instead of
+replaying its own revisions after a number of the old one. A file written before the field
+existed has none and resumes as it always did, judged by revision alone.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+import structlog
+
+from shared.hub_protocol import MAX_BOARD_ID
 from shared.timestamps import format_timestamp
 
 from .files import write_atomic
@@ -33,6 +42,8 @@ UNAUTHORIZED: Final = "unauthorized"
 STOPPED: Final = "stopped"
 STATES: Final = frozenset({STARTING, STREAMING, RECONNECTING, UNAUTHORIZED, STOPPED})
 NOT_RUNNING: Final = "not running"
+
+log = structlog.get_logger("taskloom.subscriber")
 
 
 def utc_now() -> str:
@@ -55,6 +66,25 @@ def read_state(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def saved_board_id(record: dict[str, Any] | None, board_url: str) -> str | None:
+    """The ``board_id`` a previous run's cursor comes from, when that run followed ``board_url``.
+
+    None when there is none to trust: no file, another board URL, a file from before the field
+    existed, or a value the hub would refuse in ``follow`` (not a string of 1 to
+    ``MAX_BOARD_ID`` characters), which is logged and left out: sent, it would have every
+    ``follow`` refused; left out, the restart resumes by revision alone, as it always did.
+    """
+    if not record or record.get("board") != board_url or record.get("board_id") is None:
+        return None
+    board_id = record["board_id"]
+    if isinstance(board_id, str) and 0 < len(board_id) <= MAX_BOARD_ID:
+        return board_id
+    log.warning("state_board_id_ignored", value=repr(board_id)[:80],
+                reason=f"not a string of 1 to {MAX_BOARD_ID} characters",
+                hint="resuming by revision alone; the next board id the hub names replaces it")
+    return None
 
 
 @dataclass(frozen=True, slots=True)

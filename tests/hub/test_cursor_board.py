@@ -37,3 +37,19 @@ def test_after_a_reset_no_board_is_claimed_until_the_next_welcome() -> None:
     history.opened(session("brd_b"))
     history.saw(hp.event(revision=6, activity={}))
     assert history.board_id == "brd_b"
+
+
+def test_a_saved_cursor_names_its_board_in_the_first_follow() -> None:
+    history = CursorBoard(board_id="brd_a")  # what a restarted loop subscriber read from its state file
+    history.opened(session("brd_b"))
+    assert follow_after(history, 8) == hp.follow(after=8, idle_ms=0, board_id="brd_a")
+    history.saw(hp.reset(reason=hp.RESET_BOARD_CHANGED, revision=3))
+    assert history.board_id is None
+
+
+def test_a_named_board_the_hub_had_not_reached_yet_stands_until_a_reset() -> None:
+    history = CursorBoard(board_id="brd_a")
+    history.opened(session(None))  # welcomed before the hub's first contact with the board
+    assert follow_after(history, 8) == hp.follow(after=8, idle_ms=0, board_id="brd_a")
+    history.saw(hp.heartbeat(revision=8))  # no reset at first contact: the board is the one named
+    assert history.board_id == "brd_a"

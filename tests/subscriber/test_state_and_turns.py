@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import structlog
 
 from services.subscriber import state as st
 from services.subscriber.coalesce import Turn
@@ -42,6 +43,41 @@ def test_publisher_writes_state_changes_at_once_and_cursor_moves_on_flush(tmp_pa
     assert not publisher.dirty
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind
+
+
+def test_the_board_id_of_the_cursor_is_written_with_it_and_read_back(tmp_path: Path) -> None:
+    path = st.state_path(tmp_path / "loop")
+    board = "http://127.0.0.1:1"
+    publisher = st.Publisher(path, {"board": board}, flush_interval=1.0)
+    publisher.set_state(st.STARTING, revision=None, board_id=None)
+    publisher.update(revision=7, board_id="brd_0123456789abcdef")
+    publisher.flush()
+    record = st.read_state(path)
+    assert record is not None and (record["revision"], record["board_id"]) == (7, "brd_0123456789abcdef")
+    assert st.saved_board_id(record, board) == "brd_0123456789abcdef"
+    # Another board URL: neither its cursor nor its board id is this board's.
+    assert st.saved_board_id(record, "http://127.0.0.1:2") is None
+
+
+def test_a_state_file_from_before_the_board_id_loads_without_one(tmp_path: Path) -> None:
+    path = st.state_path(tmp_path)
+    board = "http://127.0.0.1:1"
+    st.write_state(path, {"version": 1, "state": "stopped", "pid": 1, "board": board, "revision": 12,
+                          "resume_after": None, "pending_wakes": []})
+    record = st.read_state(path)
+    assert record is not None and record["revision"] == 12
+    assert st.saved_board_id(record, board) is None
+    assert st.saved_board_id(None, board) is None  # no file at all
+    assert st.saved_board_id({**record, "board_id": None}, board) is None  # written while none was known
+
+
+@pytest.mark.parametrize("garbled", ["", "b" * 129, 17, True, ["brd_1"], {"id": "brd_1"}])
+def test_a_board_id_the_hub_would_refuse_is_ignored_with_a_log_line(tmp_path: Path, garbled: object) -> None:
+    board = "http://127.0.0.1:1"
+    with structlog.testing.capture_logs() as logs:
+        assert st.saved_board_id({"board": board, "revision": 12, "board_id": garbled}, board) is None
+    assert [line["event"] for line in logs] == ["state_board_id_ignored"]
+    assert logs[0]["log_level"] == "warning" and "1 to 128 characters" in logs[0]["reason"]
 
 
 def test_publisher_refuses_an_unknown_state_word(tmp_path: Path) -> None:
