@@ -149,6 +149,29 @@ def test_an_update_or_a_move_answers_the_task_as_a_fresh_read_shows_it(board: Wr
         previous = answer
 
 
+def test_a_command_answers_blocked_by_as_a_fresh_read_as_blockers_come_and_go(board: WriterStore) -> None:
+    """A card no ``blocks`` relation points at is answered without looking for blockers: the
+    answer must still be the fresh read's when a blocker arrives, finishes, or is a second one."""
+    task = new_task(board, "Card")
+    first, second = new_task(board, "First blocker"), new_task(board, "Second blocker")
+    answers = []
+
+    def touch(title: str) -> None:
+        answer = run(board, tasks.update_task, task["id"], title=title)
+        assert answer == board.run_query(get_task, task["id"])
+        answers.append(answer["blocked_by"])
+
+    touch("no blocker yet")
+    run(board, relations.add_relation, first["id"], type="blocks", target=task["id"])
+    touch("one blocker")
+    run(board, relations.add_relation, second["id"], type="blocks", target=task["id"])
+    touch("two blockers")
+    run(board, tasks.move_task, first["id"], to="canceled", reason="not needed after all")
+    run(board, tasks.move_task, second["id"], to="canceled", reason="not needed after all")
+    touch("blockers finished")
+    assert answers == [[], [first["identifier"]], sorted([first["identifier"], second["identifier"]]), []]
+
+
 def test_a_create_answers_the_task_as_a_fresh_read_shows_it(board: WriterStore) -> None:
     """The create answers from the row its INSERT returned, with the revision its stamp took: the
     schema's defaults, the stamp and the blockers must be what a new read finds."""
@@ -223,50 +246,92 @@ def test_a_lone_refused_command_on_the_writer_thread_writes_nothing(board: Write
     assert raw.execute("SELECT version FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0] == 2
 
 
-def test_refused_commands_inside_one_batch_take_only_their_own_writes_back(board: WriterStore, raw: Raw) -> None:
-    """Group commit: each command of a batch has its own savepoint, set and released between
-    commands in one step; a refusal in the middle or at the end rolls back that command only."""
-    task = new_task(board)
+def run_as_one_batch(board: WriterStore, calls: list[tuple[Any, ...]]) -> list[Any]:
+    """``calls`` (a command and its arguments each) queued behind a held writer, so they run as
+    one batch; their outcomes, a refusal as its exception."""
     started, release = threading.Event(), threading.Event()
-    before = counts(raw)
 
     def hold(tx: Tx) -> None:
         started.set()
         release.wait(10)
 
-    def write_then_refuse(tx: Tx, title: str) -> None:
-        tasks.update_task(tx, task["id"], title=title)
-        raise validation(f"not {title}")
-
-    async def five_queued() -> bool:
-        return board.queued == 5
+    async def all_queued() -> bool:
+        return board.queued == len(calls)
 
     async def scenario() -> list[Any]:
         loop = asyncio.get_running_loop()
         held = asyncio.ensure_future(board.command(hold, ANN))
         await loop.run_in_executor(None, started.wait, 10)
         batches = board.batches
-        queued = [
-            asyncio.ensure_future(board.command(tasks.update_task, ANN, task["id"], title="first")),
-            asyncio.ensure_future(board.command(write_then_refuse, ANN, "second")),
-            asyncio.ensure_future(board.command(tasks.move_task, ANN, task["id"], to="in_progress")),
-            asyncio.ensure_future(board.command(tasks.update_task, ANN, task["id"], title="fourth")),
-            asyncio.ensure_future(board.command(write_then_refuse, ANN, "fifth")),
-        ]
-        await async_wait_until(five_queued, what="five commands queued behind the held writer")
+        queued = [asyncio.ensure_future(board.command(fn, ANN, *args)) for fn, *args in calls]
+        await async_wait_until(all_queued, what=f"{len(calls)} commands queued behind the held writer")
         release.set()
         await held
         outcomes = await asyncio.gather(*queued, return_exceptions=True)
-        assert board.batches == batches + 1, "the five ran as one batch"
+        assert board.batches == batches + 1, "the commands ran as one batch"
         return outcomes
 
-    first, second, third, fourth, fifth = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_refused_commands_inside_one_batch_take_only_their_own_writes_back(board: WriterStore, raw: Raw) -> None:
+    """Group commit: each command of a batch has its own savepoint, set and released between
+    commands in one step; a refusal in the middle or at the end rolls back that command only."""
+    task = new_task(board)
+    before = counts(raw)
+
+    def write_then_refuse(tx: Tx, title: str) -> None:
+        tasks.update_task(tx, task["id"], title=title)
+        raise validation(f"not {title}")
+
+    def rename(tx: Tx, title: str) -> Any:
+        return tasks.update_task(tx, task["id"], title=title)
+
+    def move(tx: Tx, to: str) -> Any:
+        return tasks.move_task(tx, task["id"], to=to)
+
+    first, second, third, fourth, fifth = run_as_one_batch(board, [
+        (rename, "first"), (write_then_refuse, "second"), (move, "in_progress"), (rename, "fourth"),
+        (write_then_refuse, "fifth"),
+    ])
     assert first["title"] == "first" and fourth["title"] == "fourth"
     assert isinstance(second, TaskloomError) and "not second" in second.message
     assert isinstance(third, TaskloomError) and third.code == "INVALID_TRANSITION"
     assert isinstance(fifth, TaskloomError) and "not fifth" in fifth.message
     row = raw.execute("SELECT title, version FROM tasks WHERE id = ?", (task["id"],)).fetchone()
     assert (row[0], row[1]) == ("fourth", 3)
+    events_written = [r[0] for r in raw.execute("SELECT event FROM task_activities ORDER BY id")][before[0]:]
+    assert events_written == ["task_updated", "task_updated"]
+
+
+def test_a_refusal_by_the_database_of_a_commands_last_write_is_that_commands_alone(
+    board: WriterStore, raw: Raw,
+) -> None:
+    """On PostgreSQL the writer sends a command's writes without waiting for their answers: a
+    trigger's refusal of the last statement a command sent, which nothing of that command reads
+    after, must still come back as that command's refusal, its writes rolled back, and the
+    commands around it committed, as on SQLite where every statement is answered at once."""
+    task = new_task(board)
+    before = counts(raw)
+
+    def rename(tx: Tx, title: str) -> Any:
+        return tasks.update_task(tx, task["id"], title=title)
+
+    def rename_then_skip_the_graph(tx: Tx, title: str) -> None:
+        # No activity row, so the conditions read nothing after these: only the writer's wait
+        # for the command's answers hears the transition trigger refuse the second.
+        tx.execute("UPDATE tasks SET title = ? WHERE id = ?", (title, task["id"]))
+        tx.execute("UPDATE tasks SET status = 'done' WHERE id = ?", (task["id"],))
+
+    outcomes = run_as_one_batch(board, [
+        (rename, "first"), (rename_then_skip_the_graph, "second"), (rename, "third"),
+        (rename_then_skip_the_graph, "fourth"),
+    ])
+    assert outcomes[0]["title"] == "first" and outcomes[2]["title"] == "third"
+    for refused in (outcomes[1], outcomes[3]):
+        assert isinstance(refused, TaskloomError) and refused.code == "INVALID_TRANSITION", refused
+    row = raw.execute("SELECT title, status, version FROM tasks WHERE id = ?", (task["id"],)).fetchone()
+    assert (row[0], row[1], row[2]) == ("third", "todo", 3)
     events_written = [r[0] for r in raw.execute("SELECT event FROM task_activities ORDER BY id")][before[0]:]
     assert events_written == ["task_updated", "task_updated"]
 

@@ -129,7 +129,7 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
         held = marks.of_task(tx.conn, task_id) if task["_marked"] else {}
         blocked_mark = held.get(events.CARD_BLOCKED)
         # Nothing points ``blocks`` at it and it holds no such mark: nothing to judge.
-        if (task_id in touched or task_id in dependents) and (blocked_mark is not None or task["_blocked_some"]):
+        if (task_id in touched or task_id in dependents) and (blocked_mark is not None or task[rules.POINTED_AT]):
             _blocked(tx, task, blocked_mark, config_of)
         if task_id in touched or task_id in rearm:
             _deadlines(tx, task, held, config_of(task["project_id"]), claim_fresh_seconds=claim_fresh_seconds,
@@ -255,7 +255,7 @@ _CARD_COLUMNS = (
 _CARD_SQL = (
     f"SELECT {', '.join(f'tasks.{column}' for column in _CARD_COLUMNS)},"
     " EXISTS (SELECT 1 FROM relations r WHERE r.type = 'blocks' AND r.source_id = tasks.id) AS _blocks_some,"
-    " EXISTS (SELECT 1 FROM relations r WHERE r.type = 'blocks' AND r.target_id = tasks.id) AS _blocked_some,"
+    f" {rules.blocks_pointed_clause()} AS {rules.POINTED_AT},"
     " EXISTS (SELECT 1 FROM condition_marks m WHERE m.task_id = tasks.id) AS _marked"
     " FROM tasks WHERE id = ?"
 )
@@ -291,7 +291,7 @@ def _blocked(tx: Tx, task: Row, mark: Mark | None, config_of: Any) -> None:
     clearing: a consumer folding the signals must end where ``/breaches`` is."""
     task_id, project_id = task["id"], task["project_id"]
     live = task["archived_at"] is None and task["status"] not in domain.TERMINAL
-    blockers = rules.open_blockers(tx.conn, task_id) if live and task["_blocked_some"] else []
+    blockers = rules.open_blockers(tx.conn, task_id) if live and task[rules.POINTED_AT] else []
     if blockers:
         changes = events.card_blocked(blockers=blockers)
         if mark is None or mark.changes != changes:

@@ -28,10 +28,20 @@ OPEN_BLOCKERS_SQL: Final = (
     " ORDER BY b.identifier"
 )
 
+#: The column a task row carries ``blocks_pointed_clause`` in (``queries.tasks.find_task``, the
+#: conditions' card read).
+POINTED_AT: Final = "_blocked_some"
+
 #: Urgent first; the list's creation order (rowid) breaks ties.
 PRIORITY_RANK_SQL: Final = (
     "CASE priority WHEN 'urgent' THEN 0 WHEN 'high' THEN 1 WHEN 'medium' THEN 2 ELSE 3 END"
 )
+
+
+def blocks_pointed_clause(task: str = "tasks") -> str:
+    """True for a row of ``task`` that some ``blocks`` relation points at, open or not: where it
+    is false the card has no open blocker, and nobody need look for one."""
+    return f"EXISTS (SELECT 1 FROM relations r WHERE r.type = 'blocks' AND r.target_id = {task}.id)"
 
 
 def blocked_clause(task: str = "tasks") -> str:

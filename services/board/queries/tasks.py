@@ -51,19 +51,38 @@ def blockers_of(conn: Connection, task_ids: list[str]) -> dict[str, list[str]]:
 
 def task_resource(conn: Connection, row: TaskRow, *, blockers: list[str] | None = None) -> dict[str, Any]:
     """A task as the API answers it: its fields and its open blockers (``blocked_by``), read
-    unless the caller knows them (a task its own command has just created has none)."""
+    unless the caller knows them (a task its own command has just created has none) or the row
+    says nothing points ``blocks`` at the card."""
     task = task_to_dict(row)
-    task["blocked_by"] = rules.open_blockers(conn, task["id"]) if blockers is None else blockers
+    if blockers is None:
+        blockers = rules.open_blockers(conn, task["id"]) if _may_be_blocked(row) else []
+    task["blocked_by"] = blockers
     return task
+
+
+def _may_be_blocked(row: TaskRow) -> bool:
+    """False only for a row of ``find_task`` (or one a command built from it) whose card no
+    ``blocks`` relation pointed at when it was read: most cards, which then cost no blockers'
+    read. A command that adds such a relation reads the card again before answering it."""
+    if isinstance(row, dict):
+        return bool(row.get(rules.POINTED_AT, True))
+    try:
+        return bool(row[rules.POINTED_AT])
+    except (IndexError, KeyError):  # a row read by other SQL: look
+        return True
+
+
+#: Every column of a task, and whether a ``blocks`` relation points at it (``_may_be_blocked``).
+_FIND_SQL: Final = f"SELECT *, {rules.blocks_pointed_clause()} AS {rules.POINTED_AT} FROM tasks WHERE "
 
 
 def find_task(conn: Connection, ref: str) -> Row | None:
     """A task by uuid, by identifier (``PREFIX-0001``, case-insensitive), or by a unique uuid prefix."""
-    row: Row | None = conn.execute("SELECT * FROM tasks WHERE id = ?", (ref,)).fetchone()
+    row: Row | None = conn.execute(_FIND_SQL + "id = ?", (ref,)).fetchone()
     if row is None:
-        row = conn.execute("SELECT * FROM tasks WHERE identifier = ?", (ref.upper(),)).fetchone()
+        row = conn.execute(_FIND_SQL + "identifier = ?", (ref.upper(),)).fetchone()
     if row is None and (task_id := resolve_prefix(conn, "task", ref)) is not None:
-        row = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        row = conn.execute(_FIND_SQL + "id = ?", (task_id,)).fetchone()
     return row
 
 
