@@ -24,7 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ import aiohttp
 import orjson
 
 from bench.http_bench import client_loop
-from bench.support import Board, cancel_all, follow_board, start_board
+from bench.support import CLOCK_TICKS, Board, cancel_all, follow_board, start_board
 
 COMMAND = ".venv/bin/python -m bench engines"
 CLIENTS = 16
@@ -50,10 +50,34 @@ class Throughput:
     mutations: int = 0
     wall: float = 0.0
     latencies: list[float] = field(default_factory=list)
+    #: CPU seconds over the measured phase: the ``taskd`` processes', the database server's.
+    board_cpu: float = 0.0
+    server_cpu: float = 0.0
 
     @property
     def rate(self) -> float:
         return self.mutations / self.wall
+
+    def per_mutation_us(self, cpu: float) -> float:
+        return cpu / self.mutations * 1e6
+
+
+def server_cpu_seconds(data_dir: Path) -> float:
+    """user + system CPU of a PostgreSQL cluster so far: the postmaster's own and its finished
+    children's (``cutime``/``cstime``), and each live child's (Linux ``/proc``)."""
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone meanwhile: its time is in the postmaster's cutime
+        pid = int(stat.parent.name)
+        if pid == postmaster:
+            total += sum(int(value) for value in fields[11:15])
+        elif int(fields[1]) == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
 
 
 class _Result:
@@ -76,9 +100,12 @@ async def _bench_tasks(session: aiohttp.ClientSession, base: str, count: int) ->
     return task_ids
 
 
-async def throughput(label: str, boards: list[Board], *, one_database: bool = True) -> Throughput:
+async def throughput(
+    label: str, boards: list[Board], *, one_database: bool = True, server_cpu: Callable[[], float] = lambda: 0.0,
+) -> Throughput:
     """16 clients, spread evenly over ``boards``: processes serving one database, or (not
-    ``one_database``) each its own, with its own token and tasks."""
+    ``one_database``) each its own, with its own token and tasks. ``server_cpu``: the database
+    server's CPU seconds so far (none for SQLite)."""
     sessions = [aiohttp.ClientSession(headers={**HEADERS, "Authorization": f"Bearer {board.token}"},
                                       connector=aiohttp.TCPConnector(limit=CLIENTS))
                 for board in (boards[:1] if one_database else boards)]
@@ -96,13 +123,16 @@ async def throughput(label: str, boards: list[Board], *, one_database: bool = Tr
 
         await asyncio.gather(*clients(time.perf_counter() + WARMUP_SECONDS, None))
         result = _Result()
+        board_cpu, database_cpu = sum(board.cpu_seconds() for board in boards), server_cpu()
         started = time.perf_counter()
         await asyncio.gather(*clients(started + SECONDS, result))
         wall = time.perf_counter() - started
+        board_cpu = sum(board.cpu_seconds() for board in boards) - board_cpu
+        database_cpu = server_cpu() - database_cpu
     finally:
         for session in sessions:
             await session.close()
-    return Throughput(label, len(result.latencies), wall, result.latencies)
+    return Throughput(label, len(result.latencies), wall, result.latencies, board_cpu, database_cpu)
 
 
 async def follow(board: Board, arrivals: dict[str, float], opened: asyncio.Event) -> None:
@@ -151,6 +181,10 @@ def main() -> None:
 
     cluster = Cluster(find_binaries())
     cluster.start()
+
+    def server() -> float:
+        return server_cpu_seconds(cluster.data_dir)
+
     rows: list[Throughput] = []
     latency: dict[str, list[float]] = {}
     try:
@@ -164,13 +198,13 @@ def main() -> None:
             url = fresh_database(cluster)
             one = start_board(root / "pg1", "--database", url)
             try:
-                rows.append(asyncio.run(throughput("PostgreSQL, one process", [one])))
+                rows.append(asyncio.run(throughput("PostgreSQL, one process", [one], server_cpu=server)))
             finally:
                 one.stop()
             url = fresh_database(cluster)
             a, b = start_board(root / "pg2a", "--database", url), start_board(root / "pg2b", "--database", url)
             try:
-                rows.append(asyncio.run(throughput("PostgreSQL, two processes", [a, b])))
+                rows.append(asyncio.run(throughput("PostgreSQL, two processes", [a, b], server_cpu=server)))
             finally:
                 a.stop()
                 b.stop()
@@ -178,7 +212,8 @@ def main() -> None:
             a = start_board(root / "pg2da", "--database", fresh_database(cluster))
             b = start_board(root / "pg2db", "--database", fresh_database(cluster))
             try:
-                rows.append(asyncio.run(throughput("PostgreSQL, two processes on two databases", [a, b], one_database=False)))
+                rows.append(asyncio.run(throughput("PostgreSQL, two processes on two databases", [a, b], one_database=False,
+                                                  server_cpu=server)))
             finally:
                 a.stop()
                 b.stop()
@@ -198,10 +233,11 @@ def main() -> None:
         cluster.stop()
 
     print(f"{CLIENTS} clients, {SECONDS:.0f} s each after {WARMUP_SECONDS:.0f} s warm-up; `{COMMAND}`\n")
-    print("| engine | mutations/s | p50 ms | p99 ms |")
-    print("|---|---|---|---|")
+    print("| engine | mutations/s | p50 ms | p99 ms | taskd CPU µs/mutation | server CPU µs/mutation |")
+    print("|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row.label} | {row.rate:,.0f} | {pct(row.latencies, 0.5):.2f} | {pct(row.latencies, 0.99):.2f} |")
+        print(f"| {row.label} | {row.rate:,.0f} | {pct(row.latencies, 0.5):.2f} | {pct(row.latencies, 0.99):.2f}"
+              f" | {row.per_mutation_us(row.board_cpu):,.0f} | {row.per_mutation_us(row.server_cpu):,.0f} |")
     sqlite_rate, pg_one, pg_two, apart = (row.rate for row in rows)
     print(f"\nPostgreSQL one / SQLite: {pg_one / sqlite_rate:.2f}× (goal ≥ 0.5×); "
           f"two processes / one: {pg_two / pg_one:.2f}× (goal ≥ 1.5×); two processes on two databases / one: "

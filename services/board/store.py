@@ -636,7 +636,6 @@ class WriterStore:
                 log.exception("write_batch_failed", commands=len(batch))
                 with contextlib.suppress(Exception):
                     self._abandon(self._writer_conn())
-                self._left_head = None  # nothing the batch's commands cached is known to have committed
                 for job in batch:
                     job.lose(self._lost(exc))
                 revision = 0
@@ -673,6 +672,11 @@ class WriterStore:
         # ``locked_at`` is the head this batch begins on, read under the write lock; the hand-off
         # still counts the rows after it (_encoded_batch): a trigger may have appended one.
         others = self._others_committed(locked_at)
+        # Until this batch commits (``_committed_at``) or is wholly rolled back, what its commands
+        # read and cached (a project's settings one of them changed) is not known to have
+        # committed: every other way out leaves the next batch to read afresh, as after another
+        # process's commit (``Tx.others_committed``).
+        self._left_head = None
         for position, job in enumerate(batch):
             # Each command's own clock reading, taken under the write lock: commit times follow
             # revision order inside a batch and across processes.
@@ -692,15 +696,12 @@ class WriterStore:
                     # commands before this one are gone too, and nobody has been told otherwise.
                     for earlier in batch[:position]:
                         earlier.lose(self._lost(exc))
-                    # What those commands read and cached (a project's settings one of them
-                    # changed) never committed: the next batch reads afresh, as after another
-                    # process's commit (``Tx.others_committed``).
-                    self._left_head = None
                     return self._run_rest(batch[position + 1:])
                 if savepoints:
                     self._steps(conn, "ROLLBACK TO command", "RELEASE command", *following)
                 else:
                     conn.execute("ROLLBACK")
+                    self._left_head = locked_at  # nothing of it stands: the head is the one it found
                     return 0
                 continue
             if savepoints and following:
@@ -719,7 +720,6 @@ class WriterStore:
             self._abandon(conn)
             for job in batch:
                 job.lose(self._lost(exc))
-            self._left_head = None
             return 0
         self._handed = handed if local else None
         self._committed_at(locked_at, last)

@@ -147,18 +147,19 @@ def add_relation(tx: Tx, ref: str, *, type: str, target: str) -> dict[str, Any]:
                 details={"relation_id": existing["id"], "type": type},
             )
 
-    # Parent rules in the trigger's order, so code and backstop name the same first problem.
+    # A ring that mixes the two waits as surely as one of either kind: an epic blocking its own
+    # child (the child waits for the epic, the epic for the child). The code alone checks this
+    # one: the schema's triggers guard each relation type's own rings.
     if type == "parent":
+        # Parent rules in the trigger's order, so code and backstop name the same first problem.
         _check_parent(tx, source, target_row)
-    elif type == "blocks" and _reaches(tx, "blocks", target_row["id"], source["id"]):
-        # A ring of blockers can never start (relations_blocks_acyclic is the schema's backstop).
-        raise _cycle(type, source, target_row)
-    # A ring that mixes the two waits as surely: an epic blocking its own child (the child waits
-    # for the epic, the epic for the child). The code alone checks this one: the schema's triggers
-    # guard each relation type's own rings.
-    if type == "parent" and _waits_for(tx, target_row["id"], source["id"]):
-        raise _deadlock(type, source, target_row)
-    if type == "blocks" and _waits_for(tx, source["id"], target_row["id"]):
+        if _waits_for(tx, target_row["id"], source["id"]):
+            raise _deadlock(type, source, target_row)
+    elif type == "blocks" and _waits_for(tx, source["id"], target_row["id"]):
+        # One walk for the common case, no ring at all; a ring of blockers alone can never start
+        # and is named as the schema's backstop (relations_blocks_acyclic) names it.
+        if _reaches(tx, "blocks", target_row["id"], source["id"]):
+            raise _cycle(type, source, target_row)
         raise _deadlock(type, source, target_row)
 
     relation_id = new_id()

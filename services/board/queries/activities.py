@@ -10,11 +10,11 @@ from typing import Any
 
 import orjson
 
-from shared.errors import TaskloomError, validation
+from shared.errors import TaskloomError
 from shared.limits import MAX_CHANGES_BYTES, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 
 from ..dialect import Connection, Row
-from .paging import decode_cursor, decode_key_cursor, page
+from .paging import decode_cursor, decode_key_cursor, integer_part, page
 from .projects import require_project
 
 ACTIVITY_COLUMNS = "id, task_id, project_id, actor_kind, actor_id, event, changes_json, revision, created_at"
@@ -116,11 +116,10 @@ def _page_position(cursor: str, meta: Mapping[str, str]) -> int:
         cursor_board, position = decode_key_cursor(cursor, 2)
     except TaskloomError:
         return decode_cursor(cursor)
-    if not (position.isascii() and position.isdigit()):
-        raise validation("malformed cursor", cursor=cursor)
+    row_id = integer_part(cursor, position)
     if cursor_board != meta.get("board_id"):
         raise cursor_from_another_board(cursor_board, meta)
-    return int(position)
+    return row_id
 
 
 def check_not_expired(conn: Connection, after: int) -> None:

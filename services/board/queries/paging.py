@@ -53,9 +53,14 @@ def _unwrap(text: str, prefix: bytes) -> bytes:
 
 def decode_cursor(text: str) -> int:
     """The integer key a cursor from :func:`encode_cursor` names."""
-    value = _unwrap(text, INTEGER_KEY)
-    # ASCII digits only (bytes.isdigit): '²' or '١' are not part of any cursor the board wrote.
-    if not value.isdigit():
+    return integer_part(text, _unwrap(text, INTEGER_KEY))
+
+
+def integer_part(text: str, value: str | bytes) -> int:
+    """An integer inside the cursor ``text``: the whole integer key, or a part of a composite key
+    that holds one (a row id beside the board that numbered it)."""
+    # ASCII digits only: '²' or '١' are not part of any cursor the board wrote.
+    if not (value.isascii() and value.isdigit()):
         raise validation("malformed cursor", cursor=text)
     return int(value)
 
