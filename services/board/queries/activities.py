@@ -14,7 +14,8 @@ from shared.errors import TaskloomError
 from shared.limits import MAX_CHANGES_BYTES, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 
 from ..dialect import Connection, Row
-from .paging import decode_cursor, decode_key_cursor, integer_part, page
+from .paging import page
+from .positions import board_key, resume_after
 from .projects import require_project
 
 ACTIVITY_COLUMNS = "id, task_id, project_id, actor_kind, actor_id, event, changes_json, revision, created_at"
@@ -90,38 +91,6 @@ def cursor_from_replaced_history(after: int, floor_revision: int, restored: int,
     )
 
 
-def cursor_from_another_board(cursor_board: str, meta: Mapping[str, str]) -> TaskloomError:
-    restored = cursor_board == meta.get("previous_board_id")
-    return TaskloomError(
-        "CURSOR_EXPIRED",
-        f"this page cursor was issued by board {cursor_board}, not by this one ({meta.get('board_id')})"
-        + (": the board was restored from a backup since, and the rows after the cursor may be"
-           " ones the restore undid or new ones numbered alike" if restored else ""),
-        details={"reason": "restored" if restored else "another_board", "cursor_board_id": cursor_board,
-                 "board_id": meta.get("board_id")},
-        hint="page again from the start, or follow from /api/v1/meta's revision",
-    )
-
-
-def _page_position(cursor: str, meta: Mapping[str, str]) -> int:
-    """The row id an ``/activities`` page cursor continues after.
-
-    Row ids are the log's own numbering, and a restored board numbers its new rows on from the
-    backup's last id: the ids of the history it replaced come again, meaning other rows. So a page
-    cursor names the board that issued it (``board_id``, new at every restore) beside the id, and
-    one from another board is refused rather than taken as a position here. A cursor of the older
-    shape (an id alone) names no board and is taken as it always was.
-    """
-    try:
-        cursor_board, position = decode_key_cursor(cursor, 2)
-    except TaskloomError:
-        return decode_cursor(cursor)
-    row_id = integer_part(cursor, position)
-    if cursor_board != meta.get("board_id"):
-        raise cursor_from_another_board(cursor_board, meta)
-    return row_id
-
-
 def check_not_expired(conn: Connection, after: int) -> None:
     """A reader resuming below the floor would miss the rows compacted away, and one resuming
     inside a restore's lost future would keep state the restore undid: 410, never a gap."""
@@ -164,7 +133,7 @@ def list_activities(
     if after is not None:
         _check_position(meta, after)
     descending = order == "desc"
-    position = _page_position(cursor, meta) if cursor is not None else None
+    position = resume_after(cursor, meta)[0] if cursor is not None else None
     if position is not None and not descending:
         # An ascending page continues after a row id; rows past it that were compacted away since
         # the last page would be skipped without a word.
@@ -195,5 +164,4 @@ def list_activities(
         f"SELECT {ACTIVITY_COLUMNS} FROM task_activities {where} ORDER BY id {direction} LIMIT ?",
         (*params, limit + 1),
     ).fetchall()
-    board_id = meta.get("board_id", "")
-    return page(rows, limit=limit, item=to_frame, key=lambda row: (board_id, str(row["id"])))
+    return page(rows, limit=limit, item=to_frame, key=lambda row: board_key(meta, row["id"]))

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..dialect import Connection, Row
-from .paging import decode_cursor, page
+from .activities import board_meta
+from .paging import page
+from .positions import board_key, resume_after
 from .tasks import require_task
 
 
@@ -26,8 +28,9 @@ def list_reports(
 ) -> dict[str, Any]:
     """A task's reports, oldest first, optionally of one round, paged by an opaque keyset cursor."""
     task = require_task(conn, ref)
+    meta = board_meta(conn)
     clauses = ["task_id = ?", "rowid > ?"]
-    params: list[Any] = [task["id"], decode_cursor(cursor) if cursor is not None else 0]
+    params: list[Any] = [task["id"], resume_after(cursor, meta)[0] if cursor is not None else 0]
     if round_ is not None:
         clauses.append("round = ?")
         params.append(round_)
@@ -35,4 +38,4 @@ def list_reports(
         f"SELECT rowid AS _rowid, * FROM reports WHERE {' AND '.join(clauses)} ORDER BY rowid LIMIT ?",
         (*params, limit + 1),
     ).fetchall()
-    return page(rows, limit=limit, item=report_to_dict, key=lambda row: row["_rowid"])
+    return page(rows, limit=limit, item=report_to_dict, key=lambda row: board_key(meta, row["_rowid"]))

@@ -11,7 +11,9 @@ from shared.errors import not_found, validation
 
 from ..conditions import rules
 from ..dialect import Connection, Row, dialect_of
-from .paging import decode_cursor, decode_key_cursor, encode_cursor, page
+from .activities import board_meta
+from .paging import encode_cursor, page
+from .positions import board_key, resume_after
 from .projects import require_project
 from .refs import resolve_prefix
 
@@ -152,14 +154,15 @@ def list_tasks(
             raise ValueError("the ready queue is judged at a moment: pass now")
         rule, rule_params = rules.ready_clause(now=now, fresh_seconds=fresh_seconds, for_actor=for_actor)
         return _ready_page(conn, [*clauses, rule], [*params, *rule_params], cursor=cursor, limit=limit)
+    meta = board_meta(conn)
     if cursor is not None:
         clauses.append("rowid > ?")
-        params.append(decode_cursor(cursor))
+        params.append(resume_after(cursor, meta)[0])
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(
         f"SELECT rowid AS _rowid, * FROM {source} {where} ORDER BY rowid LIMIT ?", (*params, limit + 1)
     ).fetchall()
-    return _with_blockers(conn, page(rows, limit=limit, item=task_to_dict, key=lambda row: row["_rowid"]))
+    return _with_blockers(conn, page(rows, limit=limit, item=task_to_dict, key=lambda row: board_key(meta, row["_rowid"])))
 
 
 def _with_blockers(conn: Connection, answer: dict[str, Any]) -> dict[str, Any]:
@@ -175,11 +178,11 @@ def _ready_page(
     """The ready queue: one index walk per priority, urgent first, creation order within each,
     stopping as soon as the page is full (no sort of every todo card)."""
     start_rank, after = 0, 0
+    meta = board_meta(conn)
     if cursor is not None:
-        rank_text, rowid_text = decode_key_cursor(cursor, 2)
-        if not (rank_text.isdigit() and rowid_text.isdigit()) or int(rank_text) >= len(_RANKS):
+        start_rank, after = resume_after(cursor, meta, 2)
+        if start_rank >= len(_RANKS):
             raise validation("malformed cursor", cursor=cursor)
-        start_rank, after = int(rank_text), int(rowid_text)
     where = " AND ".join(clauses)
     rows: list[tuple[int, Row]] = []
     for rank in range(start_rank, len(_RANKS)):
@@ -199,7 +202,7 @@ def _ready_page(
         item["blocked_by"] = []  # the rule admitted it: it has no open blocker
     return {
         "items": items,
-        "next_cursor": encode_cursor((str(kept[-1][0]), str(kept[-1][1]["_rowid"]))) if more else None,
+        "next_cursor": encode_cursor(board_key(meta, kept[-1][0], kept[-1][1]["_rowid"])) if more else None,
     }
 
 
