@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from services.board.queries.state import KINDS
 from tests.support.board import API, BoardClient, RunningBoard, row_counts, start_board
 from tests.support.state_builder import build_random_board
 
@@ -95,6 +96,40 @@ def _bad_status(records: list[dict]) -> list[dict]:
     return records
 
 
+def with_relations(records: list[dict], *wanted: tuple[str, int, int]) -> list[dict]:
+    """``records`` with only the relations ``wanted`` (type, source, target: indexes into its
+    non-epic tasks, the first of which becomes an epic), the end line's count kept right."""
+    records = [record for record in records if record["kind"] != "relation"]
+    records[-1]["counts"]["relation"] = 0
+    tasks = [record["row"] for record in records if record["kind"] == "task" and record["row"]["kind"] != "epic"]
+    tasks[0]["kind"] = "epic"
+    order = [kind.name for kind in KINDS]
+    at = next(i for i, record in enumerate(records[1:], start=1)
+              if record["kind"] not in order or order.index(record["kind"]) > order.index("relation"))
+    relations = [
+        {"kind": "relation", "row": {"id": f"00000000-0000-4000-8000-00000000000{n}", "type": type_,
+                                     "source_id": tasks[source]["id"], "target_id": tasks[target]["id"],
+                                     "created_at": "2026-01-01T00:00:00.000000Z"}}
+        for n, (type_, source, target) in enumerate(wanted)
+    ]
+    records[-1]["counts"]["relation"] += len(relations)
+    return [*records[:at], *relations, *records[at:]]
+
+
+def _epic_blocks_its_child(records: list[dict]) -> list[dict]:
+    """As a board older than the rule against it could export: the two cards wait for each other."""
+    return with_relations(records, ("parent", 0, 1), ("blocks", 0, 1))
+
+
+def _longer_waiting_ring(records: list[dict]) -> list[dict]:
+    """The epic waits for its child, the child for its blocker, the blocker for the epic."""
+    return with_relations(records, ("parent", 0, 1), ("blocks", 2, 1), ("blocks", 0, 2))
+
+
+def last_relation(records: list[dict]) -> int:
+    return max(i for i, record in enumerate(records) if record["kind"] == "relation") + 1
+
+
 CASES: dict[str, tuple[Callable[[list[dict]], list[dict]], str, Callable[[list[dict]], int] | None]] = {
     "unknown kind": (_unknown_kind, "unknown kind 'widget'", lambda r: 2),
     "duplicate id": (_duplicate_task, "duplicate task", lambda r: first(r, "task") + 2),
@@ -106,6 +141,8 @@ CASES: dict[str, tuple[Callable[[list[dict]], list[dict]], str, Callable[[list[d
     "unknown field": (_unknown_field, "unknown: owner", lambda r: first(r, "task") + 1),
     "kinds out of order": (_out_of_order, "kinds come in file order", lambda r: first(r, "actor") + 1),
     "a status the board does not have": (_bad_status, "task.status must be one of", lambda r: first(r, "task") + 1),
+    "an epic blocking its own child": (_epic_blocks_its_child, "wait for each other", last_relation),
+    "a longer ring of waits": (_longer_waiting_ring, "wait for each other", last_relation),
 }
 
 
@@ -179,3 +216,14 @@ async def test_an_import_without_an_actor_is_refused(source: list[dict], target:
     reply = await client.request("POST", f"{API}/state", data=encode(source), actor=None)
     assert reply.status == 403 and reply.error == "ACTOR_REQUIRED"
     await assert_nothing_written(board)
+
+
+async def test_a_child_blocking_its_own_epic_is_no_ring_and_is_imported(
+    source: list[dict], target: tuple[RunningBoard, BoardClient]
+) -> None:
+    """The epic waits for its child twice over (as its child, and blocked by it): no card waits for
+    itself, and the board allows the relation, so the import does too."""
+    records = with_relations(json.loads(json.dumps(source)), ("parent", 0, 1), ("blocks", 1, 0))
+    board, client = target
+    reply = await client.request("POST", f"{API}/state", data=encode(records))
+    assert reply.status == 201, reply.body

@@ -242,7 +242,82 @@ def parse_state(lines: Iterable[bytes]) -> ParsedState:
     if not ended:
         raise _refuse(number + 1, "the end line is missing: the file is truncated")
     _check_counters(state)
+    _check_waits(state, keys)
     return state
+
+
+def _waits(relation: dict[str, Any]) -> tuple[str, str] | None:
+    """Which card waits for which to finish: an epic for its child, a blocked card for its blocker."""
+    if relation["type"] == "parent":
+        return relation["source_id"], relation["target_id"]
+    if relation["type"] == "blocks":
+        return relation["target_id"], relation["source_id"]
+    return None
+
+
+def _check_waits(state: ParsedState, keys: _Keys) -> None:
+    """No two cards of the file may wait for each other through any mix of children and blockers:
+    neither could ever finish. ``add_relation`` refuses such a relation (commands/relations.py);
+    an export from a board older than that rule may hold one, and the schema's triggers see only
+    rings of one relation type. One pass finds whether there is a ring at all; only then is the
+    relation that closes it looked for, in file order, to name its line."""
+    waits = [pair for relation in state.rows["relation"] if (pair := _waits(relation)) is not None]
+    if not _has_ring(waits):
+        return
+    graph: dict[str, set[str]] = {}
+    identifiers = {task["id"]: task["identifier"] for task in state.rows["task"]}
+    for relation in state.rows["relation"]:
+        pair = _waits(relation)
+        if pair is None:
+            continue
+        waiter, awaited = pair
+        if _reaches(graph, awaited, waiter):
+            source, target = identifiers[relation["source_id"]], identifiers[relation["target_id"]]
+            raise _refuse(
+                keys.seen[("relation", relation["id"])],
+                f"{source} {relation['type']} {target} would make {identifiers[awaited]} and {identifiers[waiter]} "
+                f"wait for each other (through children or blockers), and neither could ever finish; remove it on the "
+                f"board the file came from (taskctl relation remove) and export again",
+                relation=relation["id"],
+            )
+        graph.setdefault(waiter, set()).add(awaited)
+
+
+def _has_ring(edges: list[tuple[str, str]]) -> bool:
+    graph: dict[str, list[str]] = {}
+    for waiter, awaited in edges:
+        graph.setdefault(waiter, []).append(awaited)
+    done: set[str] = set()
+    for start in graph:
+        if start in done:
+            continue
+        on_path, stack = {start}, [(start, iter(graph[start]))]
+        while stack:
+            node, following = stack[-1]
+            step = next(following, None)
+            if step is None:
+                stack.pop()
+                on_path.discard(node)
+                done.add(node)
+            elif step in on_path:
+                return True
+            elif step not in done:
+                on_path.add(step)
+                stack.append((step, iter(graph.get(step, ()))))
+    return False
+
+
+def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
+    seen, pending = {start}, [start]
+    while pending:
+        node = pending.pop()
+        if node == goal:
+            return True
+        for step in graph.get(node, ()):
+            if step not in seen:
+                seen.add(step)
+                pending.append(step)
+    return False
 
 
 def _check_end(line: int, record: dict[str, Any], state: ParsedState) -> None:
