@@ -20,6 +20,7 @@ import json as jsonlib
 import sys
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -27,7 +28,7 @@ import click
 from shared import limits
 
 from .actors import Actor, resolve_actor
-from .discovery import Board, resolve_board
+from .discovery import Board, read_given_token, resolve_board
 from .errors import TaskctlError
 from .http import BoardHttp
 from .output import Output
@@ -42,6 +43,8 @@ T = TypeVar("T")
 class Invocation:
     url: str | None = None
     token: str | None = field(default=None, repr=False)
+    #: The file the token was read from (``--token-file FILE``), which a long-running command reads again.
+    token_path: Path | None = None
     actor: str | None = None
     actor_kind: str | None = None
     json: bool = False
@@ -60,7 +63,8 @@ class Invocation:
 
     def board(self, *, autostart: bool = True) -> Board:
         if self._board is None:
-            self._board = resolve_board(self.url, self.token, autostart=autostart, announce=self.out.note)
+            self._board = resolve_board(self.url, self.token, autostart=autostart, announce=self.out.note,
+                                        token_path=self.token_path)
         return self._board
 
     def http(self) -> BoardHttp:
@@ -118,6 +122,7 @@ def _store_token(ctx: click.Context, param: click.Parameter, source: str | None)
     if source is None:
         return None
     current(ctx).token = _read_token(source, ctx, param)
+    current(ctx).token_path = None if source == "-" else Path(source)
     return source
 
 
@@ -125,16 +130,11 @@ def _read_token(source: str, ctx: click.Context, param: click.Parameter) -> str:
     """The first line of FILE, or of stdin for ``-``, without its surrounding white space."""
     where = "stdin" if source == "-" else source
     try:
-        if source == "-":
-            text = sys.stdin.readline()
-        else:
-            with open(source, encoding="utf-8") as handle:
-                text = handle.readline()
+        token = sys.stdin.readline().strip() if source == "-" else read_given_token(Path(source))
     except OSError as exc:
         raise click.BadParameter(f"cannot read the token from {where}: {exc.strerror}", ctx=ctx, param=param) from None
     except UnicodeDecodeError:
         raise click.BadParameter(f"the token in {where} is not UTF-8 text", ctx=ctx, param=param) from None
-    token = text.strip()
     if not token:
         raise click.BadParameter(f"no token in {where}", ctx=ctx, param=param)
     return token

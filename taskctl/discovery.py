@@ -51,7 +51,8 @@ class Board:
     source: str = "option"
     pointer: dict[str, Any] | None = None
     token_file: Path | None = None
-    #: Where the token came from: ``option`` (--token), ``env`` (TASKLOOM_TOKEN) or ``file``.
+    #: Where the token came from: ``option`` (--token -), ``given_file`` (--token-file FILE, the
+    #: file in ``token_file``), ``env`` (TASKLOOM_TOKEN) or ``file`` (the board's token file).
     token_source: str = "file"
     #: Why the token file was not read (another user's, or readable by others), if it was not.
     token_problem: str | None = None
@@ -202,6 +203,13 @@ def _token_file_for(url: str, pointer: dict[str, Any] | None, environ: Mapping[s
     return default_data_dir(environ) / "token"
 
 
+def read_given_token(path: Path) -> str:
+    """The token in a file a user named (``--token-file``): its first line, stripped (empty when
+    there is none). Raises OSError or UnicodeDecodeError as reading it does."""
+    with open(path, encoding="utf-8") as handle:
+        return handle.readline().strip()
+
+
 def read_token_file(path: Path) -> str | None:
     """The token in ``path`` when this uid owns the file and nobody else may read it."""
     return token_file_state(path)[0]
@@ -225,8 +233,10 @@ def resolve_board(
     environ: Mapping[str, str] | None = None,
     autostart: bool = True,
     announce: Callable[[str], None] | None = None,
+    token_path: Path | None = None,
 ) -> Board:
-    """Find the board and its token in the documented order; may start a local board."""
+    """Find the board and its token in the documented order; may start a local board.
+    ``token_path``: the file ``token`` was read from (``--token-file FILE``), read again later."""
     env = os.environ if environ is None else environ
     pointer: dict[str, Any] | None = None
     if url:
@@ -257,6 +267,8 @@ def resolve_board(
     problem: str | None = None
     if token:
         secret, token_source = token.strip(), "option"
+        if token_path is not None:
+            token_file, token_source = token_path, "given_file"
     elif env.get("TASKLOOM_TOKEN"):
         secret, token_source = env["TASKLOOM_TOKEN"].strip(), "env"
     else:
@@ -269,9 +281,19 @@ def resolve_board(
 def current_token(board: Board, *, environ: Mapping[str, str] | None = None) -> str | None:
     """The board token as :func:`resolve_board` would find it now (after a ``token rotate``).
 
-    A token given with ``--token`` or ``TASKLOOM_TOKEN`` is what this process was handed and
-    stays as it is; one from a file is read again, from the file the board's pointer names now.
+    A token given with ``--token -`` or ``TASKLOOM_TOKEN`` is what this process was handed and
+    stays as it is; one from a file is read again: a ``--token-file`` from that file (whoever
+    rotates the token puts the new one there), else from the file the board's pointer names now.
     """
+    if board.token_source == "given_file" and board.token_file is not None:
+        try:
+            given = read_given_token(board.token_file)
+        except (OSError, UnicodeDecodeError):
+            given = None
+        if not given:
+            return board.token  # unreadable or empty for a moment (being rewritten): the last one
+        remember_secret(given)
+        return given
     if board.token_source != "file":
         return board.token
     env = os.environ if environ is None else environ

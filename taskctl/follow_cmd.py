@@ -115,7 +115,7 @@ def hub(stop: bool, every: bool) -> None:
         inv.out.result([_stopped(r) for r in results], "\n".join(r.message for r in results) or "no hub is running")
         return
     # Never autostart a board here: stopping a hub must work with the board down.
-    board = resolve_board(inv.url, inv.token, autostart=False, announce=inv.out.note)
+    board = resolve_board(inv.url, inv.token, autostart=False, announce=inv.out.note, token_path=inv.token_path)
     runtime = runtime_dir(os.environ, Path.home())
     # Every hub of this board, whatever token it holds (a rotation leaves one keyed by the old one).
     found = client.board_hub_files(runtime, board.url, board.token)

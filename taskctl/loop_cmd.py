@@ -285,9 +285,10 @@ def status(state_dir: Path | None) -> None:
         last = record.get("last_turn") or {}
         inv.out.echo(f"{info['state']} (pid {record.get('pid')})")
         if info["state"] == st.UNAUTHORIZED:
-            inv.out.note("the board refused the token: after `taskctl token rotate`, update TASKLOOM_TOKEN or "
-                         "the --token-file if the subscriber was given one, then restart it (the board's own token "
-                         "file is re-read on its own)")
+            inv.out.note("the board refused the token: after `taskctl token rotate`, put the new token in the "
+                         "--token-file if the subscriber was given one (it is read again on every reconnect); a "
+                         "TASKLOOM_TOKEN needs a restart with the new value (the board's own token file is re-read "
+                         "on its own)")
         inv.out.fields(
             [
                 ("board", record.get("board")),

@@ -23,7 +23,8 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import click
@@ -32,7 +33,7 @@ from shared import domain, limits
 
 from .actors import Actor
 from .command import API, current, global_options
-from .discovery import Board, resolve_board
+from .discovery import Board, current_token, resolve_board
 from .errors import TaskctlError, redact
 from .http import BoardHttp, segment
 
@@ -243,17 +244,21 @@ def error_text(error: TaskctlError) -> str:
 class BoardCalls:
     """One keep-alive client of the board, found on first use and again after the board moved."""
 
-    def __init__(self, actor: Actor, *, url: str | None, token: str | None) -> None:
+    def __init__(self, actor: Actor, *, url: str | None, token: str | None, token_path: Path | None = None) -> None:
         self.actor = actor
         self._url = url
         self._token = token
+        #: ``--token-file FILE``: read again whenever the board is found again (after a rotation).
+        self._token_path = token_path
         self._http: BoardHttp | None = None
         # The SDK may run tool calls concurrently; one connection serves one request at a time.
         self._lock = threading.Lock()
 
     def _client(self) -> BoardHttp:
         if self._http is None:
-            board: Board = resolve_board(self._url, self._token, announce=_stderr)
+            board: Board = resolve_board(self._url, self._token, announce=_stderr, token_path=self._token_path)
+            if board.token_source == "given_file":
+                board = replace(board, token=current_token(board))
             self._http = BoardHttp(board, self.actor)
         return self._http
 
@@ -275,10 +280,10 @@ class BoardCalls:
     def _lost_board(self, http: BoardHttp, error: TaskctlError) -> bool:
         """Forget the board after ``error`` if it may have moved; True when the request may go
         again at once: nothing of it reached a board (a restarted board listens elsewhere), or the
-        token was refused while this server reads it from the board's file (a rotation: a 401 wrote
-        nothing)."""
+        token was refused while this server reads it from a file, the board's or its --token-file
+        (a rotation: a 401 wrote nothing)."""
         unreachable = error.code == "BOARD_UNREACHABLE"
-        rotated = error.code == "UNAUTHORIZED" and self._token is None
+        rotated = error.code == "UNAUTHORIZED" and (self._token is None or self._token_path is not None)
         if not (unreachable or rotated):
             return False
         http.close()
@@ -383,4 +388,4 @@ def mcp_command() -> None:
     except ImportError:
         raise TaskctlError("MCP_SDK_MISSING", SDK_MISSING) from None
     actor = server_actor(inv.actor, inv.actor_kind, os.environ)
-    serve(BoardCalls(actor, url=inv.url, token=inv.token))
+    serve(BoardCalls(actor, url=inv.url, token=inv.token, token_path=inv.token_path))

@@ -23,8 +23,10 @@ TOOL_NAMES = {"ready", "show", "claim", "heartbeat", "ask", "comment", "report",
 
 
 @asynccontextmanager
-async def mcp_session(taskctl: Taskctl, env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(command=TASKCTL, args=["mcp"], env={**taskctl.env, **AGENT, **(env or {})},
+async def mcp_session(
+    taskctl: Taskctl, env: dict[str, str] | None = None, options: tuple[str, ...] = (),
+) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(command=TASKCTL, args=[*options, "mcp"], env={**taskctl.env, **AGENT, **(env or {})},
                                    cwd=str(taskctl.cwd))
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()

@@ -395,3 +395,35 @@ def test_status_of_a_state_dir_nobody_uses_is_not_running(tmp_path: Path) -> Non
     assert done.returncode == 3
     assert json.loads(done.stdout) == {"ok": True, "data": {"running": False, "state": "not running",
                                                              "state_dir": str(tmp_path)}}
+
+
+async def test_a_token_file_given_to_the_subscriber_is_read_again_after_a_rotation(
+    board: tuple[TaskdProcess, BoardClient], subscriber: SubscriberProcess
+) -> None:
+    """A supervisor that hands the subscriber ``--token-file FILE`` rotates by writing the new
+    token there: the subscriber reports ``unauthorized`` once the board refuses the old one, and
+    is streaming (and waking) again on its next reconnect after the file changed, without a
+    restart. It used to read the file once, at start, and stay unauthorized until restarted."""
+    taskd, client = board
+    old_token = taskd.token
+    token_file = subscriber.dir / "board.token"
+    token_file.write_text(old_token + "\n")
+    token_file.chmod(0o600)
+    await subscriber.start("--token-file", str(token_file))
+    await subscriber.ready()
+
+    rotated = subprocess.run([TASKCTL, "--url", taskd.url, "--token-file", str(token_file), "token", "rotate"],
+                             check=False, capture_output=True, text=True, env=subscriber.env(), timeout=30)
+    assert rotated.returncode == 0, rotated.stderr
+    new_token = (taskd.data_dir / "token").read_text().strip()
+    assert new_token != old_token
+    await subscriber.wait_state(lambda s: s.get("state") == "unauthorized", "the subscriber to hear the refusal")
+
+    token_file.write_text(new_token + "\n")
+    await subscriber.wait_state(lambda s: s.get("state") == "streaming", "the subscriber to stream again")
+    await subscriber.ready()
+    fresh = BoardClient(taskd.url, new_token, client.session)
+    assert (await fresh.post(f"{API}/projects", {"id": "demo", "name": "Demo"})).status == 201
+    assert (await fresh.post(f"{API}/tasks", {"project": "demo", "title": "After the rotation"})).status == 201
+    [wake] = await subscriber.wait_wakes(1)
+    assert wake["revision"] == await head(fresh) and wake["events"] == "task_created"
