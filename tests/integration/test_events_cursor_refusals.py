@@ -18,7 +18,7 @@ from services.board.keys import STREAMS
 from services.board.queries.paging import encode_cursor
 from shared import events
 from shared.sse import SSEMessage, SSEParser
-from tests.support.board import API, BoardClient, RunningBoard, make_task, start_board, taskd_restore
+from tests.support.board import API, BoardClient, RunningBoard, make_task, restore_and_start, start_board
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -154,9 +154,7 @@ async def test_a_cursor_from_the_history_a_restore_replaced_is_refused(tmp_path:
         finally:
             await board.runner.cleanup()
 
-        done = taskd_restore(backup_file, data_dir)
-        assert done.returncode == 0, done.stderr
-        board = await start_board(data_dir)
+        board = await restore_and_start(backup_file, data_dir)
         try:
             client = BoardClient(board.url, board.token, session)
             meta = (await client.get(f"{API}/meta")).body
@@ -220,8 +218,7 @@ async def test_an_activities_page_cursor_from_the_history_a_restore_replaced_is_
         finally:
             await board.runner.cleanup()
 
-        assert taskd_restore(backup_file, data_dir).returncode == 0
-        board = await start_board(data_dir)
+        board = await restore_and_start(backup_file, data_dir)
         try:
             client = BoardClient(board.url, board.token, session)
             for n in range(8):  # the new history: its rows take the lost history's ids again

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 
 from services.board.queries.paging import encode_cursor
-from tests.support.board import API, REPORT, BoardClient, make_task, start_board, taskd_restore
+from tests.support.board import API, REPORT, BoardClient, make_task, restore_and_start, start_board
 
 #: Rows of each list written after the backup (the future the restore loses), and after the restore.
 LOST, NEW = 6, 8
@@ -82,8 +82,7 @@ async def test_a_page_cursor_from_the_history_a_restore_replaced_is_refused_on_e
         finally:
             await board.runner.cleanup()
 
-        assert taskd_restore(backup_file, data_dir).returncode == 0
-        board = await start_board(data_dir)
+        board = await restore_and_start(backup_file, data_dir)
         try:
             client = BoardClient(board.url, board.token, session)
             await write_rows(client, worked, "new", NEW)

@@ -374,6 +374,13 @@ def taskd_restore(backup: Path, data_dir: Path) -> subprocess.CompletedProcess[s
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
+async def restore_and_start(backup: Path, data_dir: Path) -> RunningBoard:
+    """The stopped board in ``data_dir`` restored from ``backup`` (``taskd restore``), started again."""
+    done = taskd_restore(backup, data_dir)
+    assert done.returncode == 0, done.stderr
+    return await start_board(data_dir)
+
+
 async def board_backed_up(data_dir: Path, backup_file: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A board in ``data_dir`` with one task, backed up to ``backup_file``, then stopped: the task
     and the backup's answer."""
