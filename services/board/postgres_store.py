@@ -296,6 +296,27 @@ class PgResult:
             self._spares.append(self._cursor)
 
 
+class Answers:
+    """What the statements of ``PgConnection.script`` answered, by index: the first row, and the
+    command tag (``COMMIT``, or ``ROLLBACK`` for a COMMIT of a failed transaction)."""
+
+    def __init__(self, *, answered: list[tuple[PgRow | None, str | None]] | None = None,
+                 cursors: list[psycopg.Cursor[PgRow]] | None = None) -> None:
+        self._answered = answered or []
+        self._cursors = cursors  # pipelined: read when asked
+
+    def row(self, index: int) -> PgRow | None:
+        if self._cursors is not None:
+            return self._cursors[index].fetchone()
+        return self._answered[index][0]
+
+    def tag(self, index: int) -> str | None:
+        """The statement's command tag; on a pipelined connection, once it is answered (``settle``)."""
+        if self._cursors is not None:
+            return self._cursors[index].statusmessage
+        return self._answered[index][1]
+
+
 class PgConnection:
     """What commands and queries see on PostgreSQL (``dialect.Connection``).
 
@@ -336,28 +357,29 @@ class PgConnection:
         cursor.execute(query, params if isinstance(params, Mapping) else tuple(params))
         return PgResult(cursor, self, self._spares if _small(params) else None)
 
-    def script(self, statements: Sequence[str], *, read: int | None = None) -> PgRow | None:
+    def script(self, statements: Sequence[str]) -> Answers:
         """Statements without parameters, in order, in one round trip: one simple query, or, on a
-        pipelined connection (where a query holds one statement), each sent as it is. Returns the
-        first row of the statement at index ``read``, if asked; a pipelined connection waits for
-        nothing else (``settle`` does)."""
+        pipelined connection (where a query holds one statement), each sent as it is; reading an
+        answer waits for it (``settle`` waits for all)."""
         if self._pipeline is None:
             cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)
             cursor.execute("; ".join(statements).encode())  # no parameters: psycopg sends it as it is
-            result = PgResult(cursor, self, self._spares)
-            if read is None:
-                return None
-            for _ in range(read):
-                result.nextset()
-            return result.fetchone()
+            answered = []
+            while True:
+                answered.append((cursor.fetchone() if cursor.description is not None else None, cursor.statusmessage))
+                if not cursor.nextset():
+                    break
+            if len(self._spares) < SPARE_CURSORS:
+                self._spares.append(cursor)  # everything it gave is read: lent again at once
+            return Answers(answered=answered)
         if self.raw.pgconn.pipeline_status == PipelineStatus.ABORTED:
             self.resync()
-        results = []
+        cursors = []
         for statement in statements:
             cursor = self.raw.cursor(row_factory=pg_rows)
             cursor.execute(statement.encode(), prepare=False)  # sent as it is, never prepared
-            results.append(cursor)
-        return None if read is None else results[read].fetchone()
+            cursors.append(cursor)
+        return Answers(cursors=cursors)
 
     def settle(self) -> None:
         """Wait for the answers of every statement sent so far; a refusal among them is raised."""
@@ -637,7 +659,7 @@ class PostgresStore(WriterStore):
         row = conn.script((
             "BEGIN", f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'",
             "SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE", *then,
-        ), read=2)
+        )).row(2)
         assert row is not None, "the schema has exactly one global_revision row"
         return int(row[0])
 
@@ -665,8 +687,13 @@ class PostgresStore(WriterStore):
         steps += [self._sealed_notify(conn, PEER_CHANNEL, f"{self.origin} {self._batch_head} {next(self._peer_serial)} {note}")
                   for note in notes]
         checked = bool(frames is not None and encoded)
-        row = conn.script((*steps, "COMMIT"), read=0 if checked else None)
+        answers = conn.script((*steps, "COMMIT"))
+        row = answers.row(0) if checked else None
         conn.settle()  # pipelined: nobody is told before the COMMIT is answered
+        if answers.tag(-1) != "COMMIT":
+            # A transaction a statement left failed ends at COMMIT as a ROLLBACK, and the server
+            # says so only in the tag: nobody of the batch may hear that it committed.
+            raise psycopg.OperationalError(f"the transaction was rolled back at COMMIT ({answers.tag(-1)})")
         if not checked:
             return None
         assert frames is not None and row is not None, "an aggregate returns one row"

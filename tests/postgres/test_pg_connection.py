@@ -85,11 +85,28 @@ def test_a_refused_statement_leaves_the_connection_usable(conn: PgConnection) ->
     assert conn.execute("SELECT 2").fetchone()[0] == 2  # type: ignore[index]
 
 
-def test_a_script_answers_the_statement_it_is_asked_to_read(conn: PgConnection) -> None:
-    assert conn.script(("SELECT 1", "SELECT 'two' AS word", "SELECT 3"), read=1)["word"] == "two"  # type: ignore[index]
-    assert conn.script(("SELECT 1", "SELECT 2"), read=0)[0] == 1  # type: ignore[index]
-    assert conn.script(("SELECT 1",)) is None
+def test_a_script_answers_each_statement_by_its_index(conn: PgConnection) -> None:
+    answers = conn.script(("SELECT 1", "SELECT 'two' AS word", "SELECT 3"))
+    assert answers.row(1)["word"] == "two"  # type: ignore[index]
+    assert answers.row(0)[0] == 1  # type: ignore[index]
+    conn.settle()
+    assert answers.tag(2) == "SELECT 1"
     assert conn.execute("SELECT 4").fetchone()[0] == 4  # type: ignore[index]
+
+
+def test_a_commit_of_a_failed_transaction_answers_rollback(conn: PgConnection) -> None:
+    """The server ends a transaction a statement left failed with a ROLLBACK at COMMIT, without an
+    error: only the command tag tells (the writer's last check before anyone hears "committed")."""
+    conn.script(("BEGIN",))
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        conn.execute("SELECT 1 / 0").fetchone()
+    conn.resync()
+    answers = conn.script(("COMMIT",))
+    conn.settle()
+    assert answers.tag(0) == "ROLLBACK"
+    fine = conn.script(("BEGIN", "COMMIT"))
+    conn.settle()
+    assert fine.tag(1) == "COMMIT"
 
 
 def test_a_plain_script_is_one_simple_query_on_one_cursor(postgres_url: str) -> None:
@@ -98,7 +115,7 @@ def test_a_plain_script_is_one_simple_query_on_one_cursor(postgres_url: str) -> 
     CountedCursor.made = 0
     try:
         conn = PgConnection(raw)
-        assert conn.script(("SELECT 1", "SELECT 2"), read=1)[0] == 2  # type: ignore[index]
+        assert conn.script(("SELECT 1", "SELECT 2")).row(1)[0] == 2  # type: ignore[index]
         assert conn.execute("SELECT 3").fetchone()[0] == 3  # type: ignore[index]
         assert CountedCursor.made == 1
     finally:

@@ -336,6 +336,32 @@ def test_a_refusal_by_the_database_of_a_commands_last_write_is_that_commands_alo
     assert events_written == ["task_updated", "task_updated"]
 
 
+def test_a_batch_whose_rollback_to_a_savepoint_fails_tells_nobody_it_committed(board: WriterStore, raw: Raw) -> None:
+    """A command that releases the batch's savepoint itself (raw SQL, a bug) and is then refused
+    leaves its rollback nothing to roll back to. On PostgreSQL the writer sends that rollback
+    without waiting: the transaction is left failed, and the server ends a failed transaction at
+    COMMIT as a ROLLBACK without an error. Every command of the batch must hear that it was lost
+    (503), never that it committed, and the table must hold none of their writes."""
+    task = new_task(board)
+    before = counts(raw)
+
+    def rename(tx: Tx, title: str) -> Any:
+        return tasks.update_task(tx, task["id"], title=title)
+
+    def break_the_savepoint(tx: Tx) -> None:
+        tx.execute("RELEASE command")
+        raise validation("refused after releasing the savepoint")
+
+    outcomes = run_as_one_batch(board, [(rename, "first"), (break_the_savepoint,), (rename, "third")])
+    for outcome in outcomes:
+        assert isinstance(outcome, TaskloomError), f"told it committed: {outcome!r}"
+    assert outcomes[0].code == "STORE_UNAVAILABLE" and outcomes[2].code == "STORE_UNAVAILABLE", outcomes
+    assert counts(raw) == before
+    assert raw.execute("SELECT title FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0] == "Write the docs"
+    # The writer goes on: the next command commits.
+    assert run(board, rename, "after")["title"] == "after"
+
+
 def test_close_lets_queued_commands_commit_then_refuses_new_ones(board: WriterStore, raw: Raw) -> None:
     started, release = threading.Event(), threading.Event()
 
