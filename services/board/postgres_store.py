@@ -41,7 +41,7 @@ import structlog
 from psycopg import sql
 from psycopg.adapt import Dumper, Loader
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import PipelineStatus, TransactionStatus
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from shared.errors import TaskloomError
@@ -238,10 +238,6 @@ SPARE_CURSORS: Final = 8
 SPARE_PARAMETER_BYTES: Final = 64 * 1024
 
 
-#: Sync points sent at most to bring a pipelined connection out of a refusal (``PgConnection.resync``).
-RESYNC_ATTEMPTS: Final = 3
-
-
 def _small(params: Any) -> bool:
     values = params.values() if isinstance(params, Mapping) else params
     return all(not isinstance(value, str | bytes | bytearray | memoryview) or len(value) <= SPARE_PARAMETER_BYTES
@@ -252,11 +248,10 @@ class PgResult:
     """One statement's result as ``dialect.Cursor``. Once nobody holds it (or an iteration of it),
     its psycopg cursor goes back to the connection's spares, to run a later statement."""
 
-    __slots__ = ("_cursor", "_owner", "_spares")
+    __slots__ = ("_cursor", "_spares")
 
-    def __init__(self, cursor: psycopg.Cursor[PgRow], owner: PgConnection, spares: list[psycopg.Cursor[PgRow]] | None) -> None:
+    def __init__(self, cursor: psycopg.Cursor[PgRow], spares: list[psycopg.Cursor[PgRow]] | None) -> None:
         self._cursor = cursor
-        self._owner = owner
         self._spares = spares  # None: this cursor is not to be reused
 
     def fetchone(self) -> PgRow | None:
@@ -274,8 +269,6 @@ class PgResult:
 
     @property
     def rowcount(self) -> int:
-        if self._cursor.pgresult is None:  # pipelined, not answered yet
-            self._owner.settle()
         return self._cursor.rowcount
 
     def nextset(self) -> bool:
@@ -289,32 +282,8 @@ class PgResult:
         # Runs when the last reference goes (CPython frees at once); where a runtime frees later,
         # or never, the cursor is simply not reused. The list may belong to another thread's
         # connection: append is atomic, and a cursor is only taken from it by that thread.
-        # A pipelined statement whose answer has not arrived keeps its cursor: the answer is still
-        # to be set on it, and would land on the next statement's result.
-        if (self._spares is not None and len(self._spares) < SPARE_CURSORS and not self._cursor.closed
-                and self._cursor.pgresult is not None):
+        if self._spares is not None and len(self._spares) < SPARE_CURSORS and not self._cursor.closed:
             self._spares.append(self._cursor)
-
-
-class Answers:
-    """What the statements of ``PgConnection.script`` answered, by index: the first row, and the
-    command tag (``COMMIT``, or ``ROLLBACK`` for a COMMIT of a failed transaction)."""
-
-    def __init__(self, *, answered: list[tuple[PgRow | None, str | None]] | None = None,
-                 cursors: list[psycopg.Cursor[PgRow]] | None = None) -> None:
-        self._answered = answered or []
-        self._cursors = cursors  # pipelined: read when asked
-
-    def row(self, index: int) -> PgRow | None:
-        if self._cursors is not None:
-            return self._cursors[index].fetchone()
-        return self._answered[index][0]
-
-    def tag(self, index: int) -> str | None:
-        """The statement's command tag; on a pipelined connection, once it is answered (``settle``)."""
-        if self._cursors is not None:
-            return self._cursors[index].statusmessage
-        return self._answered[index][1]
 
 
 class PgConnection:
@@ -323,95 +292,34 @@ class PgConnection:
     A psycopg cursor is reused once the result it gave is no longer held: a fresh cursor per
     statement builds its adapters, and its loaders per result column, again — about a third of
     psycopg's client time for a one-row ``SELECT * FROM tasks``, measured.
-
-    ``pipelined`` (the writer's batches): the connection stays in pipeline mode, so a statement
-    whose answer nobody reads at once (an ``UPDATE``, a savepoint) is sent without waiting for
-    it, and its answer arrives with the next one somebody reads — one round trip for both. A
-    statement the database refused makes it skip what follows until a sync point; ``execute``
-    reaches one first, so the statement after a refusal (its rollback) runs.
     """
 
     dialect = POSTGRESQL
 
-    def __init__(self, raw: psycopg.Connection[Any], *, pipelined: bool = False) -> None:
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
         self._spares: list[psycopg.Cursor[PgRow]] = []
-        self._pipeline: psycopg.Pipeline | None = None
-        if pipelined:
-            # Entered for the connection's life, never left: leaving sends a sync point and waits
-            # for it, one round trip more per batch. The connection closes with the store. The
-            # context is held: collected, it would leave pipeline mode.
-            self._in_pipeline = raw.pipeline()
-            self._pipeline = self._in_pipeline.__enter__()
-
-    @property
-    def pipelined(self) -> bool:
-        return self._pipeline is not None
 
     def execute(self, sql: str, parameters: Params = (), /) -> PgResult:
-        if self._pipeline is not None and self.raw.pgconn.pipeline_status == PipelineStatus.ABORTED:
-            self.resync()
         query, params = bind(sql, parameters)
         cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)
         # A tuple is always passed, even empty: psycopg then reads ``%%`` as the ``%`` it stands for.
         cursor.execute(query, params if isinstance(params, Mapping) else tuple(params))
-        return PgResult(cursor, self, self._spares if _small(params) else None)
+        return PgResult(cursor, self._spares if _small(params) else None)
 
-    def script(self, statements: Sequence[str]) -> Answers:
-        """Statements without parameters, in order, in one round trip: one simple query, or, on a
-        pipelined connection (where a query holds one statement), each sent as it is; reading an
-        answer waits for it (``settle`` waits for all)."""
-        if self._pipeline is None:
-            cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)
-            cursor.execute("; ".join(statements).encode())  # no parameters: psycopg sends it as it is
-            answered = []
-            while True:
-                answered.append((cursor.fetchone() if cursor.description is not None else None, cursor.statusmessage))
-                if not cursor.nextset():
-                    break
-            if len(self._spares) < SPARE_CURSORS:
-                self._spares.append(cursor)  # everything it gave is read: lent again at once
-            return Answers(answered=answered)
-        if self.raw.pgconn.pipeline_status == PipelineStatus.ABORTED:
-            self.resync()
-        cursors = []
-        for statement in statements:
-            cursor = self.raw.cursor(row_factory=pg_rows)
-            cursor.execute(statement.encode(), prepare=False)  # sent as it is, never prepared
-            cursors.append(cursor)
-        return Answers(cursors=cursors)
-
-    def settle(self) -> None:
-        """Wait for the answers of every statement sent so far; a refusal among them is raised."""
-        if self._pipeline is not None and self._pipeline.result_queue:
-            self._pipeline.sync()
-
-    def resync(self) -> None:
-        """After a refusal (already raised to whoever read it): skip to a sync point, so the
-        statements sent next run again."""
-        if self._pipeline is None:
-            return
-        for _ in range(RESYNC_ATTEMPTS):
-            with contextlib.suppress(psycopg.Error):
-                self._pipeline.sync()
-            # A sync that raised part-way may leave its sync point unread: the next one reads it.
-            if self.raw.closed or self.raw.pgconn.pipeline_status != PipelineStatus.ABORTED:
-                return
+    def script(self, statements: str) -> PgResult:
+        """Statements without parameters, ``;``-separated: one simple query, one round trip. The
+        result starts at the first statement's; ``nextset`` moves on."""
+        cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)
+        cursor.execute(statements.encode())  # no parameters: psycopg sends it as it is
+        return PgResult(cursor, self._spares)
 
     @property
     def in_transaction(self) -> bool:
-        """Whether a transaction is open, as the server last said. A pipelined connection hears
-        that only at a sync point: ``resync`` first."""
         return self.raw.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
     def usable(self) -> bool:
         return not (self.raw.closed or self.raw.broken)
-
-    def close(self) -> None:
-        if self._pipeline is not None and not self.raw.closed:
-            with contextlib.suppress(Exception):  # closing: what the server says no longer matters
-                self._in_pipeline.__exit__(None, None, None)
-        self.raw.close()
 
 
 def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
@@ -550,9 +458,6 @@ class PostgresStore(WriterStore):
         super().__init__(clock=clock)
         self.url = url
         self.target = describe_target(url)
-        #: The writer thread's connection, pipelined (``PgConnection``); ``run_command`` uses its
-        #: own thread's.
-        self._batch_conn: PgConnection | None = None
         self._local = threading.local()
         self._own: list[PgConnection] = []
         self._own_lock = threading.Lock()
@@ -617,7 +522,7 @@ class PostgresStore(WriterStore):
         with self._own_lock:
             for conn in self._own:
                 with contextlib.suppress(Exception):
-                    conn.close()
+                    conn.raw.close()
             self._own.clear()
         if self._pool is not None:
             self._pool.close()
@@ -635,45 +540,40 @@ class PostgresStore(WriterStore):
     # -- engine hooks -----------------------------------------------------------------------------
 
     def _writer_conn(self) -> PgConnection:
-        """The writer thread's connection, made again when the last one broke: its own, never a
-        thread's ``_own_conn``, as it stays in pipeline mode."""
-        conn = self._batch_conn
-        if conn is None or not conn.usable():
-            try:
-                conn = PgConnection(connect(self.url), pipelined=True)
-            except StoreUnreachable as exc:
-                raise psycopg.OperationalError(str(exc)) from exc
-            self._batch_conn = conn
-            with self._own_lock:
-                self._own.append(conn)  # closed with the store
-        return conn
+        try:
+            return self._own_conn()
+        except StoreUnreachable as exc:
+            raise psycopg.OperationalError(str(exc)) from exc
 
     def _begin(self, conn: PgConnection, *then: str) -> int:
         # The revision lock first, before any other row lock (commit order = revision order, no
         # deadlock) and before any savepoint in ``then``: a lock taken inside a savepoint would go
-        # with a rollback to it. One round trip; on the pipelined writer the savepoint in ``then``
-        # rides with the first command's first read.
+        # with a rollback to it. One round trip: a script without parameters goes as one simple
+        # query; its cursor starts at BEGIN's result, then SET's, then the lock's row.
         # ``lock_timeout``: a lock held elsewhere (another process's long batch, a stuck psql
         # session) makes this batch 503 after that long, as SQLite's busy timeout does, rather than
         # leave every write of this process waiting without end.
-        row = conn.script((
+        cursor = conn.script("; ".join((
             "BEGIN", f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'",
             "SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE", *then,
-        )).row(2)
+        )))
+        cursor.nextset()
+        cursor.nextset()
+        row = cursor.fetchone()
         assert row is not None, "the schema has exactly one global_revision row"
         return int(row[0])
 
     def _steps(self, conn: PgConnection, *statements: str) -> None:
         if statements:
-            conn.script(statements)  # one round trip, or none: pipelined, they ride with the next read
-
-    def _await_command(self, conn: PgConnection) -> None:
-        conn.settle()
+            conn.script("; ".join(statements))  # one simple query, one round trip
 
     def _commit(
         self, conn: PgConnection, revision: int, notes: Sequence[str] = (), frames: BatchFrames | None = None,
     ) -> Handed | None:
         encoded = frames[1] if frames is not None else ()
+        if not revision and not notes and not encoded:
+            conn.execute("COMMIT")
+            return None
         # One round trip with the COMMIT itself: the check of the batch's frames (as
         # ``WriterStore._encoded_batch``) and the notifications, delivered at COMMIT, never for a
         # rollback. The frames go first: a process that publishes them has read up to the
@@ -686,17 +586,17 @@ class PostgresStore(WriterStore):
         # ``_batch_head``: the head the batch commits at, which the writer set before this COMMIT.
         steps += [self._sealed_notify(conn, PEER_CHANNEL, f"{self.origin} {self._batch_head} {next(self._peer_serial)} {note}")
                   for note in notes]
-        checked = bool(frames is not None and encoded)
-        answers = conn.script((*steps, "COMMIT"))
-        row = answers.row(0) if checked else None
-        conn.settle()  # pipelined: nobody is told before the COMMIT is answered
-        if answers.tag(-1) != "COMMIT":
+        cursor = conn.script("; ".join((*steps, "COMMIT")))
+        row = cursor.fetchone() if frames is not None and encoded else None
+        while cursor.nextset():
+            pass
+        if cursor.statusmessage != "COMMIT":
             # A transaction a statement left failed ends at COMMIT as a ROLLBACK, and the server
             # says so only in the tag: nobody of the batch may hear that it committed.
-            raise psycopg.OperationalError(f"the transaction was rolled back at COMMIT ({answers.tag(-1)})")
-        if not checked:
+            raise psycopg.OperationalError(f"the transaction was rolled back at COMMIT ({cursor.statusmessage})")
+        if frames is None or not encoded:
             return None
-        assert frames is not None and row is not None, "an aggregate returns one row"
+        assert row is not None, "an aggregate returns one row"
         return handed_if_whole(frames[0], row[0], row[1], encoded)
 
     def _frames_note(self, conn: PgConnection, began: int, encoded: tuple[Any, ...]) -> list[str]:
@@ -736,9 +636,6 @@ class PostgresStore(WriterStore):
         return seal
 
     def _in_transaction(self, conn: PgConnection) -> bool:
-        # Asked after a refusal or a failure only: the sync point it costs on the pipelined writer
-        # also lets the rollback that follows run.
-        conn.resync()
         return conn.in_transaction
 
     @property
@@ -757,10 +654,7 @@ class PostgresStore(WriterStore):
     def run_command(self, fn: Callable[..., T], actor: Actor, *args: Any, **kwargs: Any) -> tuple[T, list[int]]:
         conn: PgConnection | None = None
         try:
-            try:
-                conn = self._own_conn()
-            except StoreUnreachable as exc:
-                raise psycopg.OperationalError(str(exc)) from exc
+            conn = self._writer_conn()
             locked_at = self._begin(conn)
             tx = Tx(conn, actor, self.clock(), others_committed=self._others_committed(locked_at))
             result = fn(tx, *args, **kwargs)

@@ -461,11 +461,6 @@ class WriterStore:
         for statement in statements:
             conn.execute(statement)
 
-    def _await_command(self, conn: Any) -> None:
-        """Wait until the database has answered every statement of the command just run, so a
-        refusal among them is that command's (PostgreSQL sends a command's writes without
-        waiting; SQLite has answered each already)."""
-
     def _commit(self, conn: Any, revision: int, notes: Sequence[str] = (), frames: BatchFrames | None = None) -> Handed | None:
         """COMMIT a batch whose last appended revision is ``revision`` (0: none); PostgreSQL adds its
         NOTIFY, and sends ``notes`` (``PeerEffects``) to the other board processes with it.
@@ -687,7 +682,6 @@ class WriterStore:
             try:
                 job.result = job.fn(tx, *job.args, **job.kwargs)
                 self._run_hook(tx)
-                self._await_command(conn)
                 refuse_unencodable(job.result)
             except Exception as exc:  # noqa: BLE001 - any refusal or bug is this command's alone
                 job.error = self.translate_error(exc)

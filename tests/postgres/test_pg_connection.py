@@ -1,9 +1,4 @@
-"""The PostgreSQL connection adapter reuses a psycopg cursor only once nobody can read its result,
-and, pipelined (the writer's batches), sends writes without waiting while a refusal still
-reaches whoever reads next and the statement after it still runs.
-
-Every test of the cursor reuse runs on both kinds of connection.
-"""
+"""The PostgreSQL connection adapter reuses a psycopg cursor only once nobody can read its result."""
 
 from __future__ import annotations
 
@@ -27,28 +22,15 @@ class CountedCursor(psycopg.Cursor[Any]):
         super().__init__(*args, **kwargs)
 
 
-@pytest.fixture(params=[False, True], ids=["plain", "pipelined"])
-def conn(postgres_url: str, request: pytest.FixtureRequest) -> Iterator[PgConnection]:
-    raw = postgres_store.connect(postgres_url)
-    raw.cursor_factory = CountedCursor
-    CountedCursor.made = 0
-    conn = PgConnection(raw, pipelined=request.param)
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
 @pytest.fixture
-def pipelined(postgres_url: str) -> Iterator[PgConnection]:
+def conn(postgres_url: str) -> Iterator[PgConnection]:
     raw = postgres_store.connect(postgres_url)
     raw.cursor_factory = CountedCursor
     CountedCursor.made = 0
-    conn = PgConnection(raw, pipelined=True)
     try:
-        yield conn
+        yield PgConnection(raw)
     finally:
-        conn.close()
+        raw.close()
 
 
 def numbers(upto: int) -> str:
@@ -81,86 +63,34 @@ def test_an_iteration_keeps_its_result_while_the_loop_runs_statements(conn: PgCo
 def test_a_refused_statement_leaves_the_connection_usable(conn: PgConnection) -> None:
     conn.execute("SELECT 1").fetchone()
     with pytest.raises(psycopg.errors.DivisionByZero):
-        conn.execute("SELECT 1 / 0").fetchone()
+        conn.execute("SELECT 1 / 0")
     assert conn.execute("SELECT 2").fetchone()[0] == 2  # type: ignore[index]
 
 
-def test_a_script_answers_each_statement_by_its_index(conn: PgConnection) -> None:
-    answers = conn.script(("SELECT 1", "SELECT 'two' AS word", "SELECT 3"))
-    assert answers.row(1)["word"] == "two"  # type: ignore[index]
-    assert answers.row(0)[0] == 1  # type: ignore[index]
-    conn.settle()
-    assert answers.tag(2) == "SELECT 1"
-    assert conn.execute("SELECT 4").fetchone()[0] == 4  # type: ignore[index]
+def test_a_script_moves_through_its_statements_and_returns_its_cursor(conn: PgConnection) -> None:
+    result = conn.script("SELECT 1; SELECT 'two' AS word")
+    assert result.fetchone()[0] == 1  # type: ignore[index]
+    assert result.nextset()
+    assert result.fetchone()["word"] == "two"  # type: ignore[index]
+    del result
+    assert conn.execute("SELECT 3").fetchone()[0] == 3  # type: ignore[index]
+    assert CountedCursor.made == 1
 
 
 def test_a_commit_of_a_failed_transaction_answers_rollback(conn: PgConnection) -> None:
     """The server ends a transaction a statement left failed with a ROLLBACK at COMMIT, without an
     error: only the command tag tells (the writer's last check before anyone hears "committed")."""
-    conn.script(("BEGIN",))
+    conn.execute("BEGIN")
     with pytest.raises(psycopg.errors.DivisionByZero):
-        conn.execute("SELECT 1 / 0").fetchone()
-    conn.resync()
-    answers = conn.script(("COMMIT",))
-    conn.settle()
-    assert answers.tag(0) == "ROLLBACK"
-    fine = conn.script(("BEGIN", "COMMIT"))
-    conn.settle()
-    assert fine.tag(1) == "COMMIT"
-
-
-def test_a_plain_script_is_one_simple_query_on_one_cursor(postgres_url: str) -> None:
-    raw = postgres_store.connect(postgres_url)
-    raw.cursor_factory = CountedCursor
-    CountedCursor.made = 0
-    try:
-        conn = PgConnection(raw)
-        assert conn.script(("SELECT 1", "SELECT 2")).row(1)[0] == 2  # type: ignore[index]
-        assert conn.execute("SELECT 3").fetchone()[0] == 3  # type: ignore[index]
-        assert CountedCursor.made == 1
-    finally:
-        raw.close()
-
-
-def test_a_pipelined_write_nobody_reads_is_answered_with_the_next_read(pipelined: PgConnection) -> None:
-    pipelined.execute("CREATE TEMPORARY TABLE scratch (n BIGINT)")
-    pipelined.script(("BEGIN",))
-    pipelined.execute("INSERT INTO scratch VALUES (?)", (1,))  # its result is dropped unread
-    pipelined.execute("INSERT INTO scratch VALUES (?)", (2,))
-    # The unread statements' cursors are not lent to this one: their answers land on them.
-    assert pipelined.execute("SELECT count(*) FROM scratch").fetchone()[0] == 2  # type: ignore[index]
-    pipelined.script(("COMMIT",))
-    pipelined.settle()
-    assert pipelined.execute("SELECT sum(n) FROM scratch").fetchone()[0] == 3  # type: ignore[index]
-
-
-def test_a_pipelined_refusal_reaches_the_next_reader_and_the_rollback_after_it_runs(pipelined: PgConnection) -> None:
-    pipelined.execute("CREATE TEMPORARY TABLE scratch (n BIGINT)")
-    pipelined.script(("BEGIN", "SAVEPOINT command"))
-    pipelined.execute("INSERT INTO scratch VALUES (1)")
-    pipelined.script(("RELEASE command", "SAVEPOINT command"))
-    pipelined.execute("UPDATE scratch SET n = n / 0")  # refused; nobody reads it
-    pipelined.execute("INSERT INTO scratch VALUES (7)")  # skipped by the server after the refusal
-    with pytest.raises(psycopg.errors.DivisionByZero):
-        pipelined.execute("SELECT count(*) FROM scratch").fetchone()
-    pipelined.script(("ROLLBACK TO command", "RELEASE command"))
-    assert [row[0] for row in pipelined.execute("SELECT n FROM scratch")] == [1]
-    pipelined.script(("COMMIT",))
-    pipelined.settle()
-    assert not pipelined.in_transaction
-
-
-def test_settle_raises_a_refusal_of_a_write_nobody_read(pipelined: PgConnection) -> None:
-    pipelined.script(("BEGIN",))
-    pipelined.execute("SELECT 1 / 0")
-    with pytest.raises(psycopg.errors.DivisionByZero):
-        pipelined.settle()
-    pipelined.resync()
-    assert pipelined.in_transaction, "the failed transaction stays open until it is rolled back"
-    pipelined.execute("ROLLBACK")
-    pipelined.resync()
-    assert not pipelined.in_transaction
-    assert pipelined.execute("SELECT 5").fetchone()[0] == 5  # type: ignore[index]
+        conn.execute("SELECT 1 / 0")
+    result = conn.script("COMMIT")
+    while result.nextset():
+        pass
+    assert result.statusmessage == "ROLLBACK"
+    fine = conn.script("BEGIN; COMMIT")
+    while fine.nextset():
+        pass
+    assert fine.statusmessage == "COMMIT"
 
 
 def test_rowcount_is_the_statements_own(conn: PgConnection) -> None:
@@ -173,8 +103,6 @@ def test_no_more_spares_are_kept_than_the_limit(conn: PgConnection) -> None:
     many = postgres_store.SPARE_CURSORS + 5
     held = [conn.execute("SELECT ?", (n,)) for n in range(many)]
     assert CountedCursor.made == many
-    for result in held:  # answered: a pipelined statement's cursor is lent only then
-        result.fetchone()
     del held  # all of them free at once: only SPARE_CURSORS are kept
     held = [conn.execute("SELECT ?", (n,)) for n in range(many)]
     assert CountedCursor.made == many + 5

@@ -307,10 +307,10 @@ def test_refused_commands_inside_one_batch_take_only_their_own_writes_back(board
 def test_a_refusal_by_the_database_of_a_commands_last_write_is_that_commands_alone(
     board: WriterStore, raw: Raw,
 ) -> None:
-    """On PostgreSQL the writer sends a command's writes without waiting for their answers: a
-    trigger's refusal of the last statement a command sent, which nothing of that command reads
-    after, must still come back as that command's refusal, its writes rolled back, and the
-    commands around it committed, as on SQLite where every statement is answered at once."""
+    """A trigger's refusal of the last statement a command sends, which nothing of that command
+    reads after, comes back as that command's refusal, its writes rolled back, and the commands
+    around it in the batch commit (a writer that sent statements without waiting for each answer
+    would hear it only on the next command's first read)."""
     task = new_task(board)
     before = counts(raw)
 
@@ -338,8 +338,7 @@ def test_a_refusal_by_the_database_of_a_commands_last_write_is_that_commands_alo
 
 def test_a_batch_whose_rollback_to_a_savepoint_fails_tells_nobody_it_committed(board: WriterStore, raw: Raw) -> None:
     """A command that releases the batch's savepoint itself (raw SQL, a bug) and is then refused
-    leaves its rollback nothing to roll back to. On PostgreSQL the writer sends that rollback
-    without waiting: the transaction is left failed, and the server ends a failed transaction at
+    leaves its rollback nothing to roll back to, and a PostgreSQL transaction left failed ends at
     COMMIT as a ROLLBACK without an error. Every command of the batch must hear that it was lost
     (503), never that it committed, and the table must hold none of their writes."""
     task = new_task(board)
