@@ -13,6 +13,7 @@ from typing import Any
 from shared import domain, events
 from shared.errors import TaskloomError, not_found, validation
 
+from ..conditions import rules
 from ..dialect import Row
 from ..queries.refs import resolve_prefix
 from ..queries.relations import relation_to_dict
@@ -41,18 +42,9 @@ def _reaches(tx: Tx, type_: str, start: str, goal: str) -> bool:
 
 
 def _waits_for(tx: Tx, start: str, goal: str) -> bool:
-    """Whether ``start`` waits, however indirectly, for ``goal`` to finish: an epic waits for its
-    children (its rollup delivers it when they are all finished), a blocked task for its blockers
-    (the dependency gate holds it until they are)."""
-    row = tx.one(
-        "WITH RECURSIVE walk(id) AS (SELECT id FROM tasks WHERE id = ? UNION"
-        " SELECT CASE WHEN r.type = 'parent' THEN r.target_id ELSE r.source_id END"
-        " FROM relations r JOIN walk w"
-        " ON (r.type = 'parent' AND r.source_id = w.id) OR (r.type = 'blocks' AND r.target_id = w.id))"
-        " SELECT 1 FROM walk WHERE id = ?",
-        (start, goal),
-    )
-    return row is not None
+    """Whether ``start`` waits, however indirectly, for ``goal`` to finish, through children and
+    blockers (``rules.WAITS``, which the state import's check reads too)."""
+    return tx.one(rules.WAITS_FOR_SQL, (start, goal)) is not None
 
 
 def _deadlock(type_: str, source: Row, target: Row) -> TaskloomError:

@@ -26,6 +26,7 @@ from shared.errors import TaskloomError, validation
 from shared.json_bounds import check_free_form
 
 from ..conditions import config as conditions_config
+from ..conditions import rules
 from ..queries.state import END_KIND, KIND_BY_NAME, KINDS, STATE_KIND, STATE_VERSION, Kind
 from ..store import Actor, Tx
 from .attachments import ensure_blob
@@ -246,28 +247,20 @@ def parse_state(lines: Iterable[bytes]) -> ParsedState:
     return state
 
 
-def _waits(relation: dict[str, Any]) -> tuple[str, str] | None:
-    """Which card waits for which to finish: an epic for its child, a blocked card for its blocker."""
-    if relation["type"] == "parent":
-        return relation["source_id"], relation["target_id"]
-    if relation["type"] == "blocks":
-        return relation["target_id"], relation["source_id"]
-    return None
-
-
 def _check_waits(state: ParsedState, keys: _Keys) -> None:
     """No two cards of the file may wait for each other through any mix of children and blockers:
     neither could ever finish. ``add_relation`` refuses such a relation (commands/relations.py);
     an export from a board older than that rule may hold one, and the schema's triggers see only
-    rings of one relation type. One pass finds whether there is a ring at all; only then is the
-    relation that closes it looked for, in file order, to name its line."""
-    waits = [pair for relation in state.rows["relation"] if (pair := _waits(relation)) is not None]
+    rings of one relation type. Which relation makes which card wait is ``rules.WAITS``, as for
+    the command. One pass finds whether there is a ring at all; only then is the relation that
+    closes it looked for, in file order, to name its line."""
+    waits = [pair for relation in state.rows["relation"] if (pair := rules.waits(relation)) is not None]
     if not _has_ring(waits):
         return
     graph: dict[str, set[str]] = {}
     identifiers = {task["id"]: task["identifier"] for task in state.rows["task"]}
     for relation in state.rows["relation"]:
-        pair = _waits(relation)
+        pair = rules.waits(relation)
         if pair is None:
             continue
         waiter, awaited = pair

@@ -5,10 +5,15 @@ not terminal. A card is *ready* when it is ``todo``, not an epic, not archived, 
 blocker, is not held by a fresh claim, and — when asked for an actor — is unassigned or assigned
 to that actor. ``ready``, the task list filters, ``/breaches``, the claim/deliver/move gates and
 the instant ``card_blocked`` condition all read these clauses; nothing else restates them.
+
+The same gate, with the epic rollup, makes one card *wait* for another to finish: :data:`WAITS`
+says which relations do and which end waits, for the relations command's refusal of a waiting
+ring and the state import's (docs/conditions.md §1.4).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Final
 
@@ -36,6 +41,34 @@ POINTED_AT: Final = "_blocked_some"
 PRIORITY_RANK_SQL: Final = (
     "CASE priority WHEN 'urgent' THEN 0 WHEN 'high' THEN 1 WHEN 'medium' THEN 2 ELSE 3 END"
 )
+
+
+#: The relations that make one card wait for another to finish, each as (the waiter's column, the
+#: awaited card's column): an epic waits for its children (the rollup delivers it when they are
+#: all finished), a blocked card for its blockers (the gate holds it until they are). No other
+#: relation makes a card wait.
+WAITS: Final[dict[str, tuple[str, str]]] = {
+    "parent": ("source_id", "target_id"),
+    "blocks": ("target_id", "source_id"),
+}
+
+#: Whether the card whose id is the first parameter waits, however indirectly, for the card whose
+#: id is the second: a walk along :data:`WAITS` from waiter to awaited. The seed is read from
+#: tasks, not bound bare: its type (and collation) is then the column's.
+WAITS_FOR_SQL: Final = (
+    "WITH RECURSIVE walk(id) AS (SELECT id FROM tasks WHERE id = ? UNION"
+    " SELECT CASE r.type"
+    + "".join(f" WHEN '{type_}' THEN r.{awaited}" for type_, (_, awaited) in WAITS.items())
+    + " END FROM relations r JOIN walk w ON "
+    + " OR ".join(f"(r.type = '{type_}' AND r.{waiter} = w.id)" for type_, (waiter, _) in WAITS.items())
+    + ") SELECT 1 FROM walk WHERE id = ?"
+)
+
+
+def waits(relation: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(waiter, awaited)`` of one relation row, by :data:`WAITS`; None when it makes nobody wait."""
+    ends = WAITS.get(relation["type"])
+    return None if ends is None else (relation[ends[0]], relation[ends[1]])
 
 
 def blocks_pointed_clause(task: str = "tasks") -> str:
