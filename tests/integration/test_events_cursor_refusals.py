@@ -18,7 +18,7 @@ from services.board.keys import STREAMS
 from services.board.queries.paging import encode_cursor
 from shared import events
 from shared.sse import SSEMessage, SSEParser
-from tests.support.board import API, BoardClient, RunningBoard, make_task, restore_and_start, start_board
+from tests.support.board import API, BoardClient, RunningBoard, board_running, make_task
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -129,6 +129,7 @@ async def test_two_last_event_id_headers_are_refused_naming_both(board: RunningB
     await async_wait_until(no_stream_open, what="no stream left open")
 
 
+@pytest.mark.sqlite_only  # taskd restore is the SQLite file's; a PostgreSQL board is restored with pg_restore
 async def test_a_cursor_from_the_history_a_restore_replaced_is_refused(tmp_path: Path) -> None:
     """SPEC §6.2: "a board restored from an older backup must not silently skip". A restore to
     revision R replaces a history that went on to H; a client that followed it holds a cursor in
@@ -139,9 +140,8 @@ async def test_a_cursor_from_the_history_a_restore_replaced_is_refused(tmp_path:
     the same position in both histories and resumes."""
     data_dir = tmp_path / "data"
     backup_file = tmp_path / "board.backup"
-    board = await start_board(data_dir)
     async with aiohttp.ClientSession() as session:
-        try:
+        async with board_running(data_dir) as board:
             client = BoardClient(board.url, board.token, session)
             task = await make_task(client, title="kept")
             taken = await client.post(f"{API}/admin/backup", {"path": str(backup_file)})
@@ -151,11 +151,8 @@ async def test_a_cursor_from_the_history_a_restore_replaced_is_refused(tmp_path:
                 assert (await client.post(f"{API}/tasks/{task['id']}/comments", {"body": f"lost {n}"})).status == 201
             cursor = (await streamable_revisions(board))[-1]  # a client that had seen all of it
             old = (await client.get(f"{API}/meta")).body
-        finally:
-            await board.runner.cleanup()
 
-        board = await restore_and_start(backup_file, data_dir)
-        try:
+        async with board_running(data_dir, restored_from=backup_file) as board:
             client = BoardClient(board.url, board.token, session)
             meta = (await client.get(f"{API}/meta")).body
             assert meta["board_id"] != old["board_id"]
@@ -190,10 +187,9 @@ async def test_a_cursor_from_the_history_a_restore_replaced_is_refused(tmp_path:
                 assert await data_ids_until(reader, revisions[-1]) == new
             finally:
                 writer.close()
-        finally:
-            await board.runner.cleanup()
 
 
+@pytest.mark.sqlite_only  # taskd restore is the SQLite file's; a PostgreSQL board is restored with pg_restore
 async def test_an_activities_page_cursor_from_the_history_a_restore_replaced_is_refused(tmp_path: Path) -> None:
     """Row ids are the log's own numbering, and a restored board numbers its new rows on from the
     backup's last id: the lost history's ids come again, meaning other rows. A client paging
@@ -203,9 +199,8 @@ async def test_an_activities_page_cursor_from_the_history_a_restore_replaced_is_
     of the restored board shows every row."""
     data_dir = tmp_path / "data"
     backup_file = tmp_path / "board.backup"
-    board = await start_board(data_dir)
     async with aiohttp.ClientSession() as session:
-        try:
+        async with board_running(data_dir) as board:
             client = BoardClient(board.url, board.token, session)
             task = await make_task(client, title="kept")
             assert (await client.post(f"{API}/admin/backup", {"path": str(backup_file)})).status == 200
@@ -215,11 +210,8 @@ async def test_an_activities_page_cursor_from_the_history_a_restore_replaced_is_
             assert listed.status == 200, listed.body
             late_cursor = listed.body["next_cursor"]  # just below the newest row of the lost history
             old = (await client.get(f"{API}/meta")).body
-        finally:
-            await board.runner.cleanup()
 
-        board = await restore_and_start(backup_file, data_dir)
-        try:
+        async with board_running(data_dir, restored_from=backup_file) as board:
             client = BoardClient(board.url, board.token, session)
             for n in range(8):  # the new history: its rows take the lost history's ids again
                 assert (await client.post(f"{API}/tasks/{task['id']}/comments", {"body": f"new {n}"})).status == 201
@@ -238,8 +230,6 @@ async def test_an_activities_page_cursor_from_the_history_a_restore_replaced_is_
             assert rest.status == 200, rest.body
             rows = [*first.body["items"], *rest.body["items"]]
             assert [row["event"] for row in rows].count(events.COMMENT_ADDED) == 8, rows
-        finally:
-            await board.runner.cleanup()
 
 
 async def test_activities_page_cursors_name_their_board(board: RunningBoard, client: BoardClient) -> None:

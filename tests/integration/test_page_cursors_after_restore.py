@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from services.board.queries.paging import encode_cursor
-from tests.support.board import API, REPORT, BoardClient, make_task, restore_and_start, start_board
+from tests.support.board import API, REPORT, BoardClient, board_running, make_task, start_board
 
 #: Rows of each list written after the backup (the future the restore loses), and after the restore.
 LOST, NEW = 6, 8
@@ -67,11 +68,11 @@ async def every_item(client: BoardClient, path: str) -> list[dict[str, Any]]:
             return items
 
 
+@pytest.mark.sqlite_only  # taskd restore is the SQLite file's; a PostgreSQL board is restored with pg_restore
 async def test_a_page_cursor_from_the_history_a_restore_replaced_is_refused_on_every_list(tmp_path: Path) -> None:
     data_dir, backup_file = tmp_path / "data", tmp_path / "board.backup"
-    board = await start_board(data_dir)
     async with aiohttp.ClientSession() as session:
-        try:
+        async with board_running(data_dir) as board:
             client = BoardClient(board.url, board.token, session)
             worked = await make_task(client, title="worked")
             assert (await client.post(f"{API}/tasks/{worked['id']}/claim", {})).status == 200
@@ -79,11 +80,8 @@ async def test_a_page_cursor_from_the_history_a_restore_replaced_is_refused_on_e
             await write_rows(client, worked, "lost", LOST)
             held = {name: await late_cursor(client, path) for name, path in lists(worked["id"]).items()}
             old = (await client.get(f"{API}/meta")).body
-        finally:
-            await board.runner.cleanup()
 
-        board = await restore_and_start(backup_file, data_dir)
-        try:
+        async with board_running(data_dir, restored_from=backup_file) as board:
             client = BoardClient(board.url, board.token, session)
             await write_rows(client, worked, "new", NEW)
             meta = (await client.get(f"{API}/meta")).body
@@ -101,8 +99,6 @@ async def test_a_page_cursor_from_the_history_a_restore_replaced_is_refused_on_e
             said = [item["body"] for item in await every_item(client, lists(worked["id"])["comments"])]
             assert said == [f"new {n}" for n in range(NEW)]
             assert len(await every_item(client, lists(worked["id"])["reports"])) == NEW
-        finally:
-            await board.runner.cleanup()
 
 
 async def test_page_cursors_of_the_older_shape_page_on_and_foreign_ones_are_refused(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -374,23 +374,27 @@ def taskd_restore(backup: Path, data_dir: Path) -> subprocess.CompletedProcess[s
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
-async def restore_and_start(backup: Path, data_dir: Path) -> RunningBoard:
-    """The stopped board in ``data_dir`` restored from ``backup`` (``taskd restore``), started again."""
-    done = taskd_restore(backup, data_dir)
-    assert done.returncode == 0, done.stderr
-    return await start_board(data_dir)
+@asynccontextmanager
+async def board_running(data_dir: Path, *, restored_from: Path | None = None) -> AsyncIterator[RunningBoard]:
+    """A board on ``data_dir`` for the block, stopped however the block ends; with
+    ``restored_from``, the stopped board there is first restored from that backup (``taskd
+    restore``, the SQLite file's: a test that restores is ``sqlite_only``)."""
+    if restored_from is not None:
+        done = taskd_restore(restored_from, data_dir)
+        assert done.returncode == 0, done.stderr
+    board = await start_board(data_dir)
+    try:
+        yield board
+    finally:
+        await board.runner.cleanup()
 
 
 async def board_backed_up(data_dir: Path, backup_file: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A board in ``data_dir`` with one task, backed up to ``backup_file``, then stopped: the task
     and the backup's answer."""
-    board = await start_board(data_dir)
-    try:
-        async with aiohttp.ClientSession() as session:
-            client = BoardClient(board.url, board.token, session)
-            task = await make_task(client)
-            taken = await client.post(f"{API}/admin/backup", {"path": str(backup_file)})
-            assert taken.status == 200, taken.body
-            return task, dict(taken.body)
-    finally:
-        await board.runner.cleanup()
+    async with board_running(data_dir) as board, aiohttp.ClientSession() as session:
+        client = BoardClient(board.url, board.token, session)
+        task = await make_task(client)
+        taken = await client.post(f"{API}/admin/backup", {"path": str(backup_file)})
+        assert taken.status == 200, taken.body
+        return task, dict(taken.body)
