@@ -571,13 +571,11 @@ class PostgresStore(WriterStore):
         self, conn: PgConnection, revision: int, notes: Sequence[str] = (), frames: BatchFrames | None = None,
     ) -> Handed | None:
         encoded = frames[1] if frames is not None else ()
-        if not revision and not notes and not encoded:
-            conn.execute("COMMIT")
-            return None
         # One round trip with the COMMIT itself: the check of the batch's frames (as
         # ``WriterStore._encoded_batch``) and the notifications, delivered at COMMIT, never for a
         # rollback. The frames go first: a process that publishes them has read up to the
-        # revision the log notification then names, and reads nothing for it.
+        # revision the log notification then names, and reads nothing for it. A batch with none
+        # of these sends its COMMIT alone, the same way, so its answer is read as every other's.
         steps = []
         if frames is not None and encoded:
             steps.append(ROWS_AFTER_SQL.format(began=int(frames[0])))
@@ -592,7 +590,8 @@ class PostgresStore(WriterStore):
             pass
         if cursor.statusmessage != "COMMIT":
             # A transaction a statement left failed ends at COMMIT as a ROLLBACK, and the server
-            # says so only in the tag: nobody of the batch may hear that it committed.
+            # says so only in the tag: nobody of the batch may hear that it committed, whether
+            # or not it appended a row (a command may write without one, as purge_blob does).
             raise psycopg.OperationalError(f"the transaction was rolled back at COMMIT ({cursor.statusmessage})")
         if frames is None or not encoded:
             return None

@@ -361,6 +361,48 @@ def test_a_batch_whose_rollback_to_a_savepoint_fails_tells_nobody_it_committed(b
     assert run(board, rename, "after")["title"] == "after"
 
 
+def test_a_command_that_appends_no_row_is_told_it_committed_only_when_its_write_stands(
+    board: WriterStore, raw: Raw, engine: str,
+) -> None:
+    """A command may write without appending a row (``purge_blob`` does) and go on past a statement
+    the database refused: here an insert that takes its duplicate key as "already there". SQLite
+    refuses that statement alone, and the command's write commits. PostgreSQL leaves the whole
+    transaction failed, and a failed transaction ends at COMMIT as a ROLLBACK without an error:
+    the command must then hear that it was lost (503), never that it committed, through the
+    writer as through ``run_command``."""
+    task = new_task(board)
+
+    def rename_then_insert_if_absent(tx: Tx, title: str) -> str:
+        tx.execute("UPDATE tasks SET title = ? WHERE id = ?", (title, task["id"]))
+        try:
+            tx.execute("INSERT INTO projects (id, name, prefix, created_at, updated_at)"
+                       " VALUES ('demo', 'Demo', 'DEMO', ?, ?)", (tx.now, tx.now))
+        except board.driver_error:
+            pass  # the duplicate key, taken as "already there"
+        return title
+
+    def through(seam: str) -> Any:
+        if seam == "the writer":
+            return run_as_one_batch(board, [(rename_then_insert_if_absent, seam)])[0]
+        try:
+            return run(board, rename_then_insert_if_absent, seam)
+        except TaskloomError as exc:
+            return exc
+
+    for seam in ("the writer", "run_command"):
+        before = counts(raw)
+        outcome = through(seam)
+        title = raw.execute("SELECT title FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0]
+        if engine == "postgresql":
+            assert isinstance(outcome, TaskloomError), f"{seam}: told it committed: {outcome!r}"
+            assert outcome.code == "STORE_UNAVAILABLE", outcome
+            assert (title, counts(raw)) == ("Write the docs", before), seam
+        else:
+            assert outcome == seam and title == seam
+    # The writer goes on: the next command commits.
+    assert run(board, tasks.update_task, task["id"], title="after")["title"] == "after"
+
+
 def test_close_lets_queued_commands_commit_then_refuses_new_ones(board: WriterStore, raw: Raw) -> None:
     started, release = threading.Event(), threading.Event()
 
