@@ -12,7 +12,9 @@
    the SQLite p50 of the same run.
 
 PostgreSQL is a throwaway cluster started for the run (``tests/support/postgres.py``: initdb in a
-temp dir, loopback port, fsync off, as the test suite runs it).
+temp dir, loopback port, fsync off, as the test suite runs it), with ``pg_stat_statements`` loaded
+so each row also says how many statements a mutation cost the server: a count, which does not
+move with the machine's load as the rates and the CPU times do.
 
     .venv/bin/python -m bench engines
 """
@@ -31,6 +33,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import psycopg
 
 from bench.http_bench import client_loop
 from bench.support import CLOCK_TICKS, Board, cancel_all, follow_board, start_board
@@ -53,6 +56,8 @@ class Throughput:
     #: CPU seconds over the measured phase: the ``taskd`` processes', the database server's.
     board_cpu: float = 0.0
     server_cpu: float = 0.0
+    #: Statements the database server ran over the phase (none counted for SQLite).
+    statements: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -60,6 +65,18 @@ class Throughput:
 
     def per_mutation_us(self, cpu: float) -> float:
         return cpu / self.mutations * 1e6
+
+
+#: What the bench's cluster loads beside the tests' settings: a count of the statements it runs.
+COUNTED = {"shared_preload_libraries": "'pg_stat_statements'", "pg_stat_statements.track": "top"}
+
+
+def statements_run(cluster: Any) -> float:
+    """Statements the cluster has run so far, every database's (``pg_stat_statements``). Not a
+    time: the same code gives the same count however busy the machine is."""
+    with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
+        row = conn.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements").fetchone()
+    return float(row[0]) if row is not None else 0.0
 
 
 def server_cpu_seconds(data_dir: Path) -> float:
@@ -102,10 +119,11 @@ async def _bench_tasks(session: aiohttp.ClientSession, base: str, count: int) ->
 
 async def throughput(
     label: str, boards: list[Board], *, one_database: bool = True, server_cpu: Callable[[], float] = lambda: 0.0,
+    statements: Callable[[], float] = lambda: 0.0,
 ) -> Throughput:
     """16 clients, spread evenly over ``boards``: processes serving one database, or (not
     ``one_database``) each its own, with its own token and tasks. ``server_cpu``: the database
-    server's CPU seconds so far (none for SQLite)."""
+    server's CPU seconds so far, ``statements`` the statements it has run (none for SQLite)."""
     sessions = [aiohttp.ClientSession(headers={**HEADERS, "Authorization": f"Bearer {board.token}"},
                                       connector=aiohttp.TCPConnector(limit=CLIENTS))
                 for board in (boards[:1] if one_database else boards)]
@@ -123,16 +141,17 @@ async def throughput(
 
         await asyncio.gather(*clients(time.perf_counter() + WARMUP_SECONDS, None))
         result = _Result()
-        board_cpu, database_cpu = sum(board.cpu_seconds() for board in boards), server_cpu()
+        board_cpu, database_cpu, ran = sum(board.cpu_seconds() for board in boards), server_cpu(), statements()
         started = time.perf_counter()
         await asyncio.gather(*clients(started + SECONDS, result))
         wall = time.perf_counter() - started
         board_cpu = sum(board.cpu_seconds() for board in boards) - board_cpu
         database_cpu = server_cpu() - database_cpu
+        ran = statements() - ran
     finally:
         for session in sessions:
             await session.close()
-    return Throughput(label, len(result.latencies), wall, result.latencies, board_cpu, database_cpu)
+    return Throughput(label, len(result.latencies), wall, result.latencies, board_cpu, database_cpu, ran)
 
 
 async def follow(board: Board, arrivals: dict[str, float], opened: asyncio.Event) -> None:
@@ -179,11 +198,16 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.support.postgres import Cluster, find_binaries, fresh_database
 
-    cluster = Cluster(find_binaries())
+    cluster = Cluster(find_binaries(), settings=COUNTED)
     cluster.start()
+    with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pg_stat_statements")
 
     def server() -> float:
         return server_cpu_seconds(cluster.data_dir)
+
+    def counted() -> float:
+        return statements_run(cluster)
 
     rows: list[Throughput] = []
     latency: dict[str, list[float]] = {}
@@ -198,13 +222,13 @@ def main() -> None:
             url = fresh_database(cluster)
             one = start_board(root / "pg1", "--database", url)
             try:
-                rows.append(asyncio.run(throughput("PostgreSQL, one process", [one], server_cpu=server)))
+                rows.append(asyncio.run(throughput("PostgreSQL, one process", [one], server_cpu=server, statements=counted)))
             finally:
                 one.stop()
             url = fresh_database(cluster)
             a, b = start_board(root / "pg2a", "--database", url), start_board(root / "pg2b", "--database", url)
             try:
-                rows.append(asyncio.run(throughput("PostgreSQL, two processes", [a, b], server_cpu=server)))
+                rows.append(asyncio.run(throughput("PostgreSQL, two processes", [a, b], server_cpu=server, statements=counted)))
             finally:
                 a.stop()
                 b.stop()
@@ -213,7 +237,7 @@ def main() -> None:
             b = start_board(root / "pg2db", "--database", fresh_database(cluster))
             try:
                 rows.append(asyncio.run(throughput("PostgreSQL, two processes on two databases", [a, b], one_database=False,
-                                                  server_cpu=server)))
+                                                  server_cpu=server, statements=counted)))
             finally:
                 a.stop()
                 b.stop()
@@ -233,11 +257,13 @@ def main() -> None:
         cluster.stop()
 
     print(f"{CLIENTS} clients, {SECONDS:.0f} s each after {WARMUP_SECONDS:.0f} s warm-up; `{COMMAND}`\n")
-    print("| engine | mutations/s | p50 ms | p99 ms | taskd CPU µs/mutation | server CPU µs/mutation |")
-    print("|---|---|---|---|---|---|")
+    print("| engine | mutations/s | p50 ms | p99 ms | taskd CPU µs/mutation | server CPU µs/mutation"
+          " | statements/mutation |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row.label} | {row.rate:,.0f} | {pct(row.latencies, 0.5):.2f} | {pct(row.latencies, 0.99):.2f}"
-              f" | {row.per_mutation_us(row.board_cpu):,.0f} | {row.per_mutation_us(row.server_cpu):,.0f} |")
+              f" | {row.per_mutation_us(row.board_cpu):,.0f} | {row.per_mutation_us(row.server_cpu):,.0f}"
+              f" | {row.statements / row.mutations:.2f} |")
     sqlite_rate, pg_one, pg_two, apart = (row.rate for row in rows)
     print(f"\nPostgreSQL one / SQLite: {pg_one / sqlite_rate:.2f}× (goal ≥ 0.5×); "
           f"two processes / one: {pg_two / pg_one:.2f}× (goal ≥ 1.5×); two processes on two databases / one: "

@@ -175,16 +175,28 @@ class Tx:
     #: commands holds of committed state (the conditions' project settings) must be read again.
     #: Found from the head under the write lock, against the head this store's last commit left.
     others_committed: bool = False
+    #: Cards this command updated, by id, as the update returned them (``conditions.card``), for
+    #: the command hook to judge without reading them again. Only while nothing else the command
+    #: sent may have changed them: any statement but a ``SELECT`` forgets them all (a relation
+    #: added makes a card blocked; a delete takes it away).
+    cards: dict[str, Row] = field(default_factory=dict)
 
     def execute(self, sql: str, params: Params = ()) -> Cursor:
+        self._sending(sql)
         return self.conn.execute(sql, params)
 
     def one(self, sql: str, params: Params = ()) -> Row | None:
+        self._sending(sql)
         row: Row | None = self.conn.execute(sql, params).fetchone()
         return row
 
     def all(self, sql: str, params: Params = ()) -> list[Row]:
+        self._sending(sql)
         return self.conn.execute(sql, params).fetchall()
+
+    def _sending(self, sql: str) -> None:
+        if self.cards and not sql.lstrip().startswith("SELECT"):
+            self.cards.clear()
 
     def record(
         self,

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from services.board.commands import projects, tasks
+from services.board.commands import projects, relations, tasks
 from services.board.conditions import marks, temporal
 from services.board.conditions.signals import Signal
 from services.board.conditions.timer import ConditionsEngine
@@ -237,3 +237,20 @@ async def test_settings_from_a_batch_the_database_lost_are_not_judged_by_later_c
         assert said_since(store, start) == []
     finally:
         store.close()
+
+
+def test_a_card_is_judged_as_it_stands_after_its_command_writes_more_than_the_card(board: WriterStore) -> None:
+    """The hook judges the card its command updated from the row that update returned, without
+    reading it again — but only while the command sends nothing else that may change it. Here the
+    command renames a card and then makes an open card block it: the hook must see the blocker
+    the second write added, and the card is blocked once the command commits."""
+    ConditionsEngine(board, claim_fresh_seconds=600)
+    card, _ = run(board, tasks.create_task, project="demo", title="waits")
+    blocker, _ = run(board, tasks.create_task, project="demo", title="blocks it")
+
+    def rename_then_block(tx: Any) -> None:
+        tasks.update_task(tx, card["id"], title="waits, renamed")
+        relations.add_relation(tx, blocker["id"], type="blocks", target=card["id"])
+
+    run(board, rename_then_block)
+    assert held(board) == {(events.CARD_BLOCKED, card["id"]): {"blockers": [blocker["identifier"]]}}

@@ -125,6 +125,8 @@ class Cluster:
     """One running throwaway cluster; ``start()`` then ``url(dbname)``; ``stop()`` removes it all."""
 
     binaries: PgBinaries
+    #: Server settings beside ``SERVER_SETTINGS`` (a bench's statement counter, for one).
+    settings: dict[str, str] = field(default_factory=dict)
     base: Path = field(init=False)
     port: int = field(init=False, default=0)
     password: str = field(init=False, default_factory=lambda: secrets.token_hex(16))
@@ -198,7 +200,7 @@ class Cluster:
             what="initdb",
         )
         password_file.unlink()
-        settings = {**SERVER_SETTINGS, "unix_socket_directories": f"'{self.base}'"}
+        settings = {**SERVER_SETTINGS, **self.settings, "unix_socket_directories": f"'{self.base}'"}
         with open(self.data_dir / "postgresql.conf", "a", encoding="utf-8") as conf:
             conf.write("\n# the test suite's throwaway cluster\n")
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())

@@ -15,6 +15,7 @@ import orjson
 from shared import domain, limits
 from shared.errors import TaskloomError, validation
 
+from ..conditions import card
 from ..dialect import Row
 from ..queries.tasks import TaskRow, require_task
 from ..store import Tx
@@ -155,15 +156,22 @@ def set_status(tx: Tx, task: TaskRow, to: str, **columns: Any) -> dict[str, Any]
     if to != "blocked":
         values["blocked_reason"] = None
     values.update(columns)
-    assignments = ", ".join(f"{name} = :{name}" for name in values)
-    tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
-    return as_written(task, values)
+    return write_task(tx, task, values)
 
 
 def write_task(tx: Tx, task: TaskRow, values: dict[str, Any]) -> dict[str, Any]:
-    """``UPDATE tasks SET values`` on ``task`` (audited by the caller); returns the row as written."""
+    """``UPDATE tasks SET values`` on ``task`` (audited by the caller); returns the row as written.
+
+    The update returns the card as the conditions judge it (``conditions.card``), left in
+    ``Tx.cards`` for the command hook, which then need not read it again.
+    """
     assignments = ", ".join(f"{name} = :{name}" for name in values)
-    tx.execute(f"UPDATE tasks SET {assignments} WHERE id = :_id", {**values, "_id": task["id"]})
+    # All rows, not one: SQLite finishes an UPDATE … RETURNING only once its rows are read.
+    returned = tx.all(
+        f"UPDATE tasks SET {assignments} WHERE id = :_id RETURNING {card.TERMS}", {**values, "_id": task["id"]}
+    )
+    if returned:
+        tx.cards[task["id"]] = returned[0]
     return as_written(task, values)
 
 

@@ -19,8 +19,8 @@ from shared.errors import TaskloomError
 from ..dialect import Row
 from ..queries.tasks import find_task
 from ..store import Tx
+from . import card, marks, persist, rules, temporal
 from . import config as settings
-from . import marks, persist, rules, temporal
 from .marks import Mark
 from .signals import Deadlines, Signal
 
@@ -94,8 +94,10 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
         (project_id, config) for project_id in sorted(projects)
         if (config := config_of(project_id)).wip_limits or config.lanes or project_id in wide
     ]
-    rows: dict[str, Row] = {}
-    if len(watched) == 1 and len(touched) == 1:
+    # The cards the command's own update returned (``Tx.cards``) need no read: the common command
+    # writes one card and reads nothing more here.
+    rows: dict[str, Row] = {task_id: row for task_id in touched if (row := tx.cards.get(task_id)) is not None}
+    if len(watched) == 1 and len(touched) == 1 and not rows:
         # One statement for the card and its project's columns. Reading both before judging
         # either is what reading them in turn would see: the column judgement writes only marks
         # without a card, and the card's read looks only at marks of that card.
@@ -106,14 +108,14 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
         row = tx.conn.execute(_card_with_columns_sql(statuses), (*terms, task_id)).fetchone()
         if row is not None:
             rows[task_id] = row
-            columns(tx, project_id, config, _column_state(row, _CARD_WIDTH, statuses))
+            columns(tx, project_id, config, _column_state(row, card.WIDTH, statuses))
         else:
             columns(tx, project_id, config)
     else:
         for project_id, config in watched:
             columns(tx, project_id, config)
-        rows = {task_id: row for task_id in touched if (row := _card(tx.conn, task_id)) is not None}
-    dependents = _dependents(tx, {task_id for task_id, row in rows.items() if row["_blocks_some"]}) - touched
+        rows.update((task_id, row) for task_id in touched - rows.keys() if (row := _card(tx.conn, task_id)) is not None)
+    dependents = _dependents(tx, {task_id for task_id, row in rows.items() if row[card.BLOCKS_SOME]}) - touched
     rearm: set[str] = set()
     for project_id in wide:  # a project's settings changed: every deadline of it may have moved
         rearm.update(row[0] for row in tx.conn.execute(
@@ -126,7 +128,7 @@ def evaluate(tx: Tx, *, claim_fresh_seconds: float, cache: ConfigCache | None = 
         if task is None:
             tx.effects.append(Deadlines(task_id, ()))
             continue
-        held = marks.of_task(tx.conn, task_id) if task["_marked"] else {}
+        held = marks.of_task(tx.conn, task_id) if task[card.MARKED] else {}
         blocked_mark = held.get(events.CARD_BLOCKED)
         # Nothing points ``blocks`` at it and it holds no such mark: nothing to judge.
         if (task_id in touched or task_id in dependents) and (blocked_mark is not None or task[rules.POINTED_AT]):
@@ -242,39 +244,16 @@ def _dependents(tx: Tx, task_ids: set[str]) -> set[str]:
     return found
 
 
-#: The card's columns the conditions read (the instant ones and ``temporal.episodes``): a row is
-#: built for every card a command touches, and ``tasks.*`` would cost that many columns more.
-_CARD_COLUMNS = (
-    "id", "project_id", "status", "archived_at", "status_since", "updated_at", "created_at", "claimed_by",
-    "claimed_by_kind", "heartbeat_at",
-)
-
-#: A card and three facts about it in one read, so the common case (no relations, no marks) pays
-#: one statement: whether it blocks anything, whether anything points ``blocks`` at it, whether
-#: it holds a mark.
-_CARD_SQL = (
-    f"SELECT {', '.join(f'tasks.{column}' for column in _CARD_COLUMNS)},"
-    " EXISTS (SELECT 1 FROM relations r WHERE r.type = 'blocks' AND r.source_id = tasks.id) AS _blocks_some,"
-    f" {rules.blocks_pointed_clause()} AS {rules.POINTED_AT},"
-    " EXISTS (SELECT 1 FROM condition_marks m WHERE m.task_id = tasks.id) AS _marked"
-    " FROM tasks WHERE id = ?"
-)
-
-
 def _card(conn: Any, task_id: str) -> Row | None:
-    row: Row | None = conn.execute(_CARD_SQL, (task_id,)).fetchone()
+    row: Row | None = conn.execute(card.SQL, (task_id,)).fetchone()
     return row
-
-
-#: Where the column terms begin in a row of ``_card_with_columns_sql``.
-_CARD_WIDTH = len(_CARD_COLUMNS) + 3
 
 
 @functools.lru_cache(maxsize=256)
 def _card_with_columns_sql(statuses: tuple[str, ...]) -> str:
     """The card's read and a project's column state in one statement (the common command: one
     card, in a project that watches its columns)."""
-    return _CARD_SQL.replace(" FROM tasks WHERE id = ?", f", {_column_sql(statuses)} FROM tasks WHERE id = ?")
+    return card.SQL.replace(" FROM tasks WHERE id = ?", f", {_column_sql(statuses)} FROM tasks WHERE id = ?")
 
 
 def cards(tx: Tx, task_ids: set[str], config_of: Any) -> None:
