@@ -46,6 +46,7 @@ async def first_records(client: RawClient, head: int) -> list[dict[str, Any]]:
     return records
 
 
+@pytest.mark.sqlite_only  # taskd restore is the SQLite file's; a PostgreSQL board is restored with pg_restore
 async def test_a_cursor_from_before_a_restore_gets_a_reset_and_one_of_the_new_board_is_replayed(tmp_path: Path) -> None:
     data_dir = tmp_path / "a"
     backup_file = tmp_path / "board.backup"

@@ -415,6 +415,7 @@ async def test_a_different_board_behind_the_same_url_is_a_reset(tmp_path: Path) 
         await hub.stop()
 
 
+@pytest.mark.sqlite_only  # restored by copying the data directory back: the SQLite file's backup, not a database's
 async def test_a_board_restored_to_an_older_revision_is_a_reset(tmp_path: Path) -> None:
     first = await start_board(tmp_path / "a")
     port = int(first.url.rsplit(":", 1)[1])

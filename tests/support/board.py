@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import aiohttp
@@ -175,33 +176,48 @@ def fresh_database_url() -> str:
 SQLITE_ONLY_MARKS = ("raw_connection", "sqlite3.", "board.sqlite", "data_version", "sqlite_master", 'data_dir / "attachments"')
 
 
+def _source(obj: object) -> str:
+    try:
+        return inspect.getsource(obj)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return ""
+
+
+def _names_a_mark(text: str) -> bool:
+    return any(mark in text for mark in SQLITE_ONLY_MARKS)
+
+
+def file_helpers(module: ModuleType) -> set[str]:
+    """The names of the module's helpers that open the SQLite file: its functions, defined there or
+    imported, whose source names a mark. Those of this module are not judged so: they run on either
+    engine (``start_board`` names the file for a SQLite board only), and the one that opens the
+    file, ``raw_connection``, is itself a mark."""
+    return {name for name, value in vars(module).items()
+            if inspect.isfunction(value) and not name.startswith("test_")
+            and value.__module__ != __name__ and _names_a_mark(_source(value))}
+
+
+def opens_the_file(function: object, helpers: set[str]) -> bool:
+    """Whether a test's source names a mark or calls one of its module's ``file_helpers``."""
+    text = _source(function)
+    return _names_a_mark(text) or any(f"{name}(" in text for name in helpers)
+
+
 def deselect_sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``TASKLOOM_TEST_ENGINE=postgresql``, leave out the tests that open the SQLite file,
-    and those marked ``sqlite_only`` (a failure only a file can have)."""
+    """Under ``TASKLOOM_TEST_ENGINE=postgresql``, leave out the tests marked ``sqlite_only`` (a
+    failure only a file can have) and those that open the SQLite file (``opens_the_file``)."""
     if test_engine() != "postgresql":
         return
-    def source(obj: object) -> str:
-        try:
-            return inspect.getsource(obj)  # type: ignore[arg-type]
-        except (OSError, TypeError):
-            return ""
-
-    def sqlite_only(text: str) -> bool:
-        return any(mark in text for mark in SQLITE_ONLY_MARKS)
-
-    helpers: dict[object, set[str]] = {}  # per module: its helpers that open the file
+    helpers: dict[ModuleType, set[str]] = {}
     keep, drop = [], []
     for item in items:
         function = getattr(item, "function", None)
         module = getattr(item, "module", None)
-        if module not in helpers:
-            helpers[module] = {name for name, value in vars(module).items()
-                               if inspect.isfunction(value) and not name.startswith("test_") and sqlite_only(source(value))
-                               } if module is not None else set()
-        text = source(function) if function is not None else ""
-        uses_helper = any(f"{name}(" in text for name in helpers[module])
+        if module is not None and module not in helpers:
+            helpers[module] = file_helpers(module)
         marked = item.get_closest_marker("sqlite_only") is not None
-        (drop if marked or sqlite_only(text) or uses_helper else keep).append(item)
+        opens = function is not None and opens_the_file(function, helpers.get(module, set()))
+        (drop if marked or opens else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
