@@ -47,6 +47,7 @@ def test_an_unknown_level_is_refused_by_taskd(tmp_path: Path) -> None:
     assert not (tmp_path / "d").exists(), "a refused start writes nothing"
 
 
+@pytest.mark.sqlite_only  # the synchronous pragma; a PostgreSQL board's durability is its server's
 @pytest.mark.parametrize("level", ["full", "normal"])
 async def test_the_level_holds_for_every_connection_the_store_opens(tmp_path: Path, level: str) -> None:
     board = await start_board(tmp_path / "d", durability=level)
