@@ -299,8 +299,12 @@ class PgConnection:
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
         self._spares: list[psycopg.Cursor[PgRow]] = []
+        #: Statements sent that may have changed a row: all but a ``SELECT`` (``_writes``).
+        self.writes = 0
 
     def execute(self, sql: str, parameters: Params = (), /) -> PgResult:
+        if not sql.startswith("SELECT"):
+            self.writes += 1
         query, params = bind(sql, parameters)
         cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)
         # A tuple is always passed, even empty: psycopg then reads ``%%`` as the ``%`` it stands for.
@@ -311,6 +315,7 @@ class PgConnection:
         """Statements without parameters, ``;``-separated: one simple query, one round trip. The
         result starts at the first statement's; ``nextset`` moves on."""
         cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)
+        self.writes += 1
         cursor.execute(statements.encode())  # no parameters: psycopg sends it as it is
         return PgResult(cursor, self._spares)
 
@@ -636,6 +641,12 @@ class PostgresStore(WriterStore):
 
     def _in_transaction(self, conn: PgConnection) -> bool:
         return conn.in_transaction
+
+    def _writes(self, conn: PgConnection) -> int:
+        return conn.writes
+
+    def _failed(self, conn: PgConnection) -> bool:
+        return conn.raw.info.transaction_status == TransactionStatus.INERROR
 
     @property
     def frames_wanted(self) -> bool:

@@ -322,6 +322,11 @@ class SqliteStore(WriterStore):
     def _in_transaction(self, conn: sqlite3.Connection) -> bool:
         return conn.in_transaction
 
+    def _writes(self, conn: sqlite3.Connection) -> int:
+        # Every row inserted, updated or deleted, by triggers too; a statement SQLite refused
+        # has undone its own changes.
+        return conn.total_changes
+
     def translate_error(self, exc: BaseException) -> BaseException:
         return translate_error(exc)
 

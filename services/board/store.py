@@ -8,9 +8,12 @@ row protocols, so one copy of them runs on either engine: :mod:`.sqlite_store` (
 default) or :mod:`.postgres_store` (a shared database several board processes serve).
 
 Group commit: commands that queue up while the writer is busy run together in one transaction,
-each inside its own ``SAVEPOINT``. A refused command rolls back to its savepoint only; the batch
-pays ``BEGIN``, ``COMMIT`` and one wake-up of the event loop once. Nobody hears of a command —
-neither its caller nor the commit listeners — before the batch's ``COMMIT`` has returned.
+which pays ``BEGIN``, ``COMMIT`` and one wake-up of the event loop once. A refused command leaves
+nothing of itself: one that had written nothing costs nothing more; the first that had takes the
+batch back to the savepoint at its start, and the batch runs again from there with each command
+inside a savepoint of its own, so that any later refusal rolls back that command's alone
+(``WriterStore._run_batch``). Nobody hears of a command — neither its caller nor the commit
+listeners — before the batch's ``COMMIT`` has returned.
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ READER_THREADS = 2
 STREAMING_READER_THREADS = 2
 #: Most commands one transaction carries; a longer queue is served in several batches, in order.
 MAX_BATCH: Final = 64
+#: The savepoint a batch of several commands takes as it begins, and the one each command of a
+#: batch that is run again takes (``WriterStore._run_batch``).
+BATCH_SAVEPOINT: Final = "batch"
+COMMAND_SAVEPOINT: Final = "command"
 
 
 class SchemaTooNew(RuntimeError):
@@ -351,7 +358,12 @@ class _Job:
 
     def lose(self, error: BaseException) -> None:
         """The transaction this command ran in was rolled back: whatever it did is gone."""
-        self.result, self.appended, self.effects, self.encoded, self.error = None, [], [], [], error
+        self.reset()
+        self.error = error
+
+    def reset(self) -> None:
+        """What this command did was rolled back, and it is to run again."""
+        self.result, self.appended, self.effects, self.encoded, self.error = None, [], [], [], None
 
 
 #: Tells the writer thread to finish the commands queued before it and stop.
@@ -488,6 +500,16 @@ class WriterStore:
         """Whether the batch's transaction is still open; asked after a refusal or a failure
         (SQLite rolls the whole transaction back by itself on a full disk or an I/O error)."""
         raise NotImplementedError
+
+    def _writes(self, conn: Any) -> int:
+        """A count that moves whenever ``conn`` may have changed a row: a refused command that
+        left it where it was has nothing to undo."""
+        raise NotImplementedError
+
+    def _failed(self, conn: Any) -> bool:
+        """Whether the transaction is open but refuses every statement until it is rolled back to
+        a savepoint (PostgreSQL, after any error)."""
+        return False
 
     @property
     def frames_wanted(self) -> bool:
@@ -657,11 +679,11 @@ class WriterStore:
         self.batches += 1
         self.batched_commands += len(batch)
         # A lone command needs no savepoint: its refusal rolls back the transaction itself.
-        savepoints = len(batch) > 1
+        several = len(batch) > 1
         conn = None
         try:
             conn = self._writer_conn()
-            locked_at = self._begin(conn, *(("SAVEPOINT command",) if savepoints else ()))
+            locked_at = self._begin(conn, *((f"SAVEPOINT {BATCH_SAVEPOINT}",) if several else ()))
         except self.driver_error as exc:
             # Another process holds the write lock past its timeout, or the database is unusable.
             # A BEGIN that got as far as opening the transaction leaves it open (on PostgreSQL,
@@ -684,13 +706,21 @@ class WriterStore:
         # committed: every other way out leaves the next batch to read afresh, as after another
         # process's commit (``Tx.others_committed``).
         self._left_head = None
-        for position, job in enumerate(batch):
+        # The commands run without a savepoint each (on PostgreSQL that is a round trip per
+        # command) until one is refused after it wrote: then the batch goes back to its start and
+        # runs again, ``guarded``, each command inside a savepoint of its own. The write lock is
+        # held throughout, so the second run sees what the first saw.
+        guarded = False
+        position = 0
+        while position < len(batch):
+            job = batch[position]
             # Each command's own clock reading, taken under the write lock: commit times follow
             # revision order inside a batch and across processes.
             tx = Tx(conn, job.actor, self.clock(), encode=encode, others_committed=others)
-            # The savepoint of the next command is set as this one's is released (or rolled back
-            # to): one step between commands. The last one's is released by COMMIT.
-            following = ("SAVEPOINT command",) if position + 1 < len(batch) else ()
+            # Guarded, the savepoint of the next command is set as this one's is released (or
+            # rolled back to): one step between commands. The last one's is released by COMMIT.
+            following = (f"SAVEPOINT {COMMAND_SAVEPOINT}",) if position + 1 < len(batch) else ()
+            writes = self._writes(conn)
             try:
                 job.result = job.fn(tx, *job.args, **job.kwargs)
                 self._run_hook(tx)
@@ -703,18 +733,29 @@ class WriterStore:
                     for earlier in batch[:position]:
                         earlier.lose(self._lost(exc))
                     return self._run_rest(batch[position + 1:])
-                if savepoints:
-                    self._steps(conn, "ROLLBACK TO command", "RELEASE command", *following)
-                else:
+                if not several:
                     conn.execute("ROLLBACK")
                     self._left_head = locked_at  # nothing of it stands: the head is the one it found
                     return 0
+                if guarded:
+                    self._steps(conn, f"ROLLBACK TO {COMMAND_SAVEPOINT}", f"RELEASE {COMMAND_SAVEPOINT}", *following)
+                elif self._writes(conn) != writes or self._failed(conn):
+                    # Something of it may stand: back to the batch's start, every command to run
+                    # again, this one included (judged again on what it then finds). What the
+                    # first run cached is read afresh, as after another process's commit.
+                    self._steps(conn, f"ROLLBACK TO {BATCH_SAVEPOINT}", f"SAVEPOINT {COMMAND_SAVEPOINT}")
+                    for earlier in batch[:position + 1]:
+                        earlier.reset()
+                    guarded, others, position = True, True, 0
+                    continue
+                position += 1
                 continue
-            if savepoints and following:
-                self._steps(conn, "RELEASE command", *following)
+            if guarded and following:
+                self._steps(conn, f"RELEASE {COMMAND_SAVEPOINT}", *following)
             job.appended = tx.appended
             job.effects = tx.effects
             job.encoded = tx.encoded
+            position += 1
         frames = (locked_at, tuple(frame for job in batch for frame in job.encoded)) if encode is not None else None
         last = max((job.appended[-1] for job in batch if job.appended), default=0)
         self._batch_head = last or locked_at

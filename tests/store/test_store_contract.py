@@ -16,7 +16,7 @@ import pytest
 from services.board.commands import projects, relations, tasks
 from services.board.queries.activities import replay_after
 from services.board.queries.tasks import get_task
-from services.board.store import Actor, Tx, WriterStore
+from services.board.store import BATCH_SAVEPOINT, COMMAND_SAVEPOINT, Actor, Tx, WriterStore
 from shared import events
 from shared.errors import TaskloomError, validation
 from tests.store.engines import Raw, Refused
@@ -275,8 +275,8 @@ def run_as_one_batch(board: WriterStore, calls: list[tuple[Any, ...]]) -> list[A
 
 
 def test_refused_commands_inside_one_batch_take_only_their_own_writes_back(board: WriterStore, raw: Raw) -> None:
-    """Group commit: each command of a batch has its own savepoint, set and released between
-    commands in one step; a refusal in the middle or at the end rolls back that command only."""
+    """Group commit: a refusal in the middle or at the end of a batch takes back that command's
+    writes only, whichever run of the batch it comes in."""
     task = new_task(board)
     before = counts(raw)
 
@@ -336,71 +336,96 @@ def test_a_refusal_by_the_database_of_a_commands_last_write_is_that_commands_alo
     assert events_written == ["task_updated", "task_updated"]
 
 
-def test_a_batch_whose_rollback_to_a_savepoint_fails_tells_nobody_it_committed(board: WriterStore, raw: Raw) -> None:
-    """A command that releases the batch's savepoint itself (raw SQL, a bug) and is then refused
-    leaves its rollback nothing to roll back to, and a PostgreSQL transaction left failed ends at
-    COMMIT as a ROLLBACK without an error. Every command of the batch must hear that it was lost
-    (503), never that it committed, and the table must hold none of their writes."""
+@pytest.mark.parametrize("run_through", ["first run", "run again"])
+def test_a_batch_whose_rollback_to_a_savepoint_fails_tells_nobody_it_committed(
+    board: WriterStore, raw: Raw, run_through: str,
+) -> None:
+    """A command that writes, releases the savepoint its batch relies on (raw SQL, a bug) and is
+    then refused leaves the rollback nothing to roll back to, and a PostgreSQL transaction left
+    failed ends at COMMIT as a ROLLBACK without an error. Every command of the batch must hear
+    that it was lost (503), never that it committed, and the table must hold none of their writes:
+    in a batch's first run, where the commands rely on the savepoint taken at its start, and once
+    a refusal has made the batch run again, each command in a savepoint of its own."""
     task = new_task(board)
+    other = new_task(board, title="Read the docs")
     before = counts(raw)
 
     def rename(tx: Tx, title: str) -> Any:
         return tasks.update_task(tx, task["id"], title=title)
 
+    def write_then_refuse(tx: Tx) -> None:
+        tasks.update_task(tx, other["id"], title="never")
+        raise validation("refused after writing")
+
     def break_the_savepoint(tx: Tx) -> None:
-        tx.execute("RELEASE command")
+        tasks.update_task(tx, task["id"], title="broken")
+        tx.execute(f"RELEASE {COMMAND_SAVEPOINT if run_through == 'run again' else BATCH_SAVEPOINT}")
         raise validation("refused after releasing the savepoint")
 
-    outcomes = run_as_one_batch(board, [(rename, "first"), (break_the_savepoint,), (rename, "third")])
+    calls: list[tuple[Any, ...]] = [(rename, "first"), (break_the_savepoint,), (rename, "third")]
+    if run_through == "run again":
+        calls.insert(0, (write_then_refuse,))
+    outcomes = run_as_one_batch(board, calls)
     for outcome in outcomes:
         assert isinstance(outcome, TaskloomError), f"told it committed: {outcome!r}"
-    assert outcomes[0].code == "STORE_UNAVAILABLE" and outcomes[2].code == "STORE_UNAVAILABLE", outcomes
+    assert all(outcome.code == "STORE_UNAVAILABLE" for outcome in outcomes), outcomes
     assert counts(raw) == before
-    assert raw.execute("SELECT title FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0] == "Write the docs"
+    titles = dict(raw.execute("SELECT id, title FROM tasks").fetchall())
+    assert (titles[task["id"]], titles[other["id"]]) == ("Write the docs", "Read the docs")
     # The writer goes on: the next command commits.
     assert run(board, rename, "after")["title"] == "after"
 
 
-def test_a_command_that_appends_no_row_is_told_it_committed_only_when_its_write_stands(
-    board: WriterStore, raw: Raw, engine: str,
-) -> None:
-    """A command may write without appending a row (``purge_blob`` does) and go on past a statement
-    the database refused: here an insert that takes its duplicate key as "already there". SQLite
-    refuses that statement alone, and the command's write commits. PostgreSQL leaves the whole
-    transaction failed, and a failed transaction ends at COMMIT as a ROLLBACK without an error:
-    the command must then hear that it was lost (503), never that it committed, through the
-    writer as through ``run_command``."""
+def test_a_refusal_after_a_write_runs_the_batch_again_and_each_command_once_more(board: WriterStore, raw: Raw) -> None:
+    """A command refused after it wrote takes the batch back to its start; every command then runs
+    once more, each in a savepoint of its own: the ones before it commit what their second run
+    did, the refused one leaves nothing, a later refusal takes back only its own command."""
     task = new_task(board)
+    before = counts(raw)
+    runs: list[str] = []
 
-    def rename_then_insert_if_absent(tx: Tx, title: str) -> str:
-        tx.execute("UPDATE tasks SET title = ? WHERE id = ?", (title, task["id"]))
-        try:
-            tx.execute("INSERT INTO projects (id, name, prefix, created_at, updated_at)"
-                       " VALUES ('demo', 'Demo', 'DEMO', ?, ?)", (tx.now, tx.now))
-        except board.driver_error:
-            pass  # the duplicate key, taken as "already there"
-        return title
+    def rename(tx: Tx, title: str) -> Any:
+        runs.append(title)
+        return tasks.update_task(tx, task["id"], title=title)
 
-    def through(seam: str) -> Any:
-        if seam == "the writer":
-            return run_as_one_batch(board, [(rename_then_insert_if_absent, seam)])[0]
-        try:
-            return run(board, rename_then_insert_if_absent, seam)
-        except TaskloomError as exc:
-            return exc
+    def write_then_refuse(tx: Tx, title: str) -> None:
+        runs.append(title)
+        tasks.update_task(tx, task["id"], title=title)
+        raise validation("refused after writing")
 
-    for seam in ("the writer", "run_command"):
-        before = counts(raw)
-        outcome = through(seam)
-        title = raw.execute("SELECT title FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0]
-        if engine == "postgresql":
-            assert isinstance(outcome, TaskloomError), f"{seam}: told it committed: {outcome!r}"
-            assert outcome.code == "STORE_UNAVAILABLE", outcome
-            assert (title, counts(raw)) == ("Write the docs", before), seam
-        else:
-            assert outcome == seam and title == seam
-    # The writer goes on: the next command commits.
-    assert run(board, tasks.update_task, task["id"], title="after")["title"] == "after"
+    outcomes = run_as_one_batch(board, [
+        (rename, "first"), (write_then_refuse, "second"), (rename, "third"), (write_then_refuse, "fourth"),
+        (rename, "fifth"),
+    ])
+    assert runs == ["first", "second", "first", "second", "third", "fourth", "fifth"]
+    assert [outcome["title"] for outcome in outcomes[0::2]] == ["first", "third", "fifth"]
+    assert [outcome["version"] for outcome in outcomes[0::2]] == [2, 3, 4]
+    for refused in outcomes[1::2]:
+        assert isinstance(refused, TaskloomError) and refused.code == "VALIDATION_FAILED", refused
+    events_written = [r[0] for r in raw.execute("SELECT event FROM task_activities ORDER BY id")][before[0]:]
+    assert events_written == ["task_updated"] * 3
+    assert raw.execute("SELECT title, version FROM tasks WHERE id = ?", (task["id"],)).fetchone()[:2] == ("fifth", 4)
+
+
+def test_a_refusal_that_wrote_nothing_costs_the_batch_nothing(board: WriterStore, raw: Raw) -> None:
+    """Most refusals come before any write (a missing card, a stale version, a bad value): the
+    batch goes on as it was, and nothing runs twice."""
+    task = new_task(board)
+    runs: list[str] = []
+
+    def rename(tx: Tx, title: str) -> Any:
+        runs.append(title)
+        return tasks.update_task(tx, task["id"], title=title)
+
+    def rename_a_missing_card(tx: Tx, title: str) -> Any:
+        runs.append(title)
+        return tasks.update_task(tx, "no-such-card", title=title)
+
+    outcomes = run_as_one_batch(board, [(rename, "first"), (rename_a_missing_card, "second"), (rename, "third")])
+    assert runs == ["first", "second", "third"]
+    assert isinstance(outcomes[1], TaskloomError) and outcomes[1].code == "NOT_FOUND", outcomes[1]
+    assert (outcomes[0]["version"], outcomes[2]["version"]) == (2, 3)
+    assert raw.execute("SELECT title FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0] == "third"
 
 
 def test_close_lets_queued_commands_commit_then_refuses_new_ones(board: WriterStore, raw: Raw) -> None:
