@@ -769,7 +769,12 @@ class WriterStore:
                 job.lose(self._lost(exc))
             return 0
         self._handed = handed if local else None
-        self._committed_at(locked_at, last)
+        if not guarded:
+            self._committed_at(locked_at, last)
+        # A batch run again leaves ``_left_head`` unknown: what its first run cached is forgotten
+        # only by a command of the second run that reaches the command hook, and if each was
+        # refused before it (a command whose outcome depends on the clock), the settings read in
+        # the first run, never committed, would be judged by the next batch. It reads afresh.
         return last
 
     def _peer_notes(self, batch: list[_Job], head: int) -> list[str]:

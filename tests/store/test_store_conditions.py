@@ -9,8 +9,10 @@ read back from the log beside the marks it left.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sqlite3
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +23,12 @@ from services.board.conditions import marks, temporal
 from services.board.conditions.signals import Signal
 from services.board.conditions.timer import ConditionsEngine
 from services.board.sqlite_store import SqliteStore
-from services.board.store import Actor, WriterStore
+from services.board.store import Actor, Tx, WriterStore
 from shared import events
+from shared.errors import TaskloomError, validation
+from shared.timestamps import format_timestamp
 from tests.store.engines import open_store
+from tests.store.test_store_contract import run_as_one_batch
 from tests.support.waiting import async_wait_until
 
 ANN = Actor("human", "ann")
@@ -254,3 +259,51 @@ def test_a_card_is_judged_as_it_stands_after_its_command_writes_more_than_the_ca
 
     run(board, rename_then_block)
     assert held(board) == {(events.CARD_BLOCKED, card["id"]): {"blockers": [blocker["identifier"]]}}
+
+
+def test_settings_read_in_a_batch_that_ran_again_and_committed_none_of_them_are_not_judged_later(
+    board: WriterStore,
+) -> None:
+    """A refusal after a write runs the batch again, and what its first run cached is to be read
+    afresh. Here the first run changes a project's settings and a move caches them; a later command
+    is refused after writing, and in the second run the two are refused before their hook (they
+    depend on the clock, which has moved on), so no command of that run reaches the conditions and
+    nothing of the settings commits. The commands after it must be judged by the committed
+    settings (none), not by the ones the first run read."""
+    ConditionsEngine(board, claim_fresh_seconds=600)
+    a, _ = run(board, tasks.create_task, project="demo", title="first")
+    b, _ = run(board, tasks.create_task, project="demo", title="second")
+    ticks, base = itertools.count(), datetime.now(UTC)
+    board.clock = lambda: format_timestamp(base + timedelta(seconds=next(ticks)))
+    first_seen: dict[str, str] = {}
+
+    def valid_only_at_first(name: str, fn: Any) -> Any:
+        """``fn`` as an offer that expires: refused, before it writes, at any later clock reading."""
+        def command(tx: Tx) -> Any:
+            if tx.now > first_seen.setdefault(name, tx.now):
+                raise TaskloomError("VALIDATION_FAILED", f"{name}: the offer has expired")
+            return fn(tx)
+        return command
+
+    def limit(tx: Tx) -> Any:
+        return projects.update_project(tx, "demo", settings={"wip_limits": {"backlog": 1}, "persist_conditions": KEPT})
+
+    def park(tx: Tx) -> Any:
+        return tasks.move_task(tx, a["id"], to="backlog")  # judged by the limit above: cached
+
+    def write_then_refuse(tx: Tx) -> None:
+        tasks.update_task(tx, b["id"], title="never")
+        raise validation("refused after writing")
+
+    outcomes = run_as_one_batch(board, [
+        (valid_only_at_first("limit", limit),), (valid_only_at_first("park", park),), (write_then_refuse,),
+    ])
+    assert all(isinstance(outcome, TaskloomError) for outcome in outcomes), outcomes
+    assert board.run_query(lambda conn: conn.execute("SELECT settings_json FROM projects").fetchone()[0]) == "{}"
+
+    start = head(board)
+    run(board, tasks.move_task, a["id"], to="backlog")
+    run(board, tasks.move_task, b["id"], to="backlog")
+    # The committed settings have no limit and keep no condition rows: nothing to say, nothing held.
+    assert said_since(board, start) == []
+    assert held(board) == {}
