@@ -428,6 +428,88 @@ def test_a_refusal_that_wrote_nothing_costs_the_batch_nothing(board: WriterStore
     assert raw.execute("SELECT title FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0] == "third"
 
 
+def test_a_command_that_appends_no_row_is_told_it_committed_only_when_its_write_stands(
+    board: WriterStore, raw: Raw, engine: str,
+) -> None:
+    """A command may write without appending a row (``purge_blob`` does) and go on past a statement
+    the database refused: here an insert that takes its duplicate key as "already there". SQLite
+    refuses that statement alone, and the command's write commits. PostgreSQL leaves the whole
+    transaction failed, and a failed transaction ends at COMMIT as a ROLLBACK without an error:
+    the command must then hear that it was lost (503), never that it committed, through the
+    writer as through ``run_command``."""
+    task = new_task(board)
+
+    def rename_then_insert_if_absent(tx: Tx, title: str) -> str:
+        tx.execute("UPDATE tasks SET title = ? WHERE id = ?", (title, task["id"]))
+        try:
+            tx.execute("INSERT INTO projects (id, name, prefix, created_at, updated_at)"
+                       " VALUES ('demo', 'Demo', 'DEMO', ?, ?)", (tx.now, tx.now))
+        except board.driver_error:
+            pass  # the duplicate key, taken as "already there"
+        return title
+
+    def through(seam: str) -> Any:
+        if seam == "the writer":
+            return run_as_one_batch(board, [(rename_then_insert_if_absent, seam)])[0]
+        try:
+            return run(board, rename_then_insert_if_absent, seam)
+        except TaskloomError as exc:
+            return exc
+
+    for seam in ("the writer", "run_command"):
+        before = counts(raw)
+        outcome = through(seam)
+        title = raw.execute("SELECT title FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0]
+        if engine == "postgresql":
+            assert isinstance(outcome, TaskloomError), f"{seam}: told it committed: {outcome!r}"
+            assert outcome.code == "STORE_UNAVAILABLE", outcome
+            assert (title, counts(raw)) == ("Write the docs", before), seam
+        else:
+            assert outcome == seam and title == seam
+    # The writer goes on: the next command commits.
+    assert run(board, tasks.update_task, task["id"], title="after")["title"] == "after"
+
+
+@pytest.mark.parametrize("place", ["first", "middle", "last"])
+def test_a_command_that_goes_on_past_a_refused_statement_in_a_batch_is_never_told_it_committed_in_vain(
+    board: WriterStore, raw: Raw, engine: str, place: str,
+) -> None:
+    """The same command inside a batch of several, which runs without a savepoint per command
+    until a refusal: on PostgreSQL the transaction it leaves failed refuses the commands after it
+    or the COMMIT, and whatever the batch then does, no command of it may be told it committed
+    unless its write stands. On SQLite the refused statement went alone: every command commits."""
+    cards = {name: new_task(board, title=name)["id"] for name in ("went on", "before", "after")}
+
+    def rename_then_insert_if_absent(tx: Tx, name: str) -> str:
+        tx.execute("UPDATE tasks SET title = ? WHERE id = ?", (f"{name}, renamed", cards[name]))
+        try:
+            tx.execute("INSERT INTO projects (id, name, prefix, created_at, updated_at)"
+                       " VALUES ('demo', 'Demo', 'DEMO', ?, ?)", (tx.now, tx.now))
+        except board.driver_error:
+            pass  # the duplicate key, taken as "already there"
+        return name
+
+    def rename(tx: Tx, name: str) -> str:
+        return str(tasks.update_task(tx, cards[name], title=f"{name}, renamed")["title"]).removesuffix(", renamed")
+
+    calls: list[tuple[Any, ...]] = [(rename, "before"), (rename, "after")]
+    calls.insert({"first": 0, "middle": 1, "last": 2}[place], (rename_then_insert_if_absent, "went on"))
+    outcomes = run_as_one_batch(board, calls)
+    titles = dict(raw.execute("SELECT id, title FROM tasks").fetchall())
+    for (_, name), outcome in zip(calls, outcomes):
+        if isinstance(outcome, TaskloomError):
+            assert outcome.code == "STORE_UNAVAILABLE", outcome
+            assert titles[cards[name]] == name, f"{name}: lost, yet its write stands"
+        else:
+            assert outcome == name and titles[cards[name]] == f"{name}, renamed", f"{name}: told it committed"
+    if engine == "sqlite":
+        assert not any(isinstance(outcome, TaskloomError) for outcome in outcomes), outcomes
+    else:
+        assert isinstance(outcomes[[name for _, name in calls].index("went on")], TaskloomError), outcomes
+    # The writer goes on: the next command commits.
+    assert run(board, rename, "went on") == "went on"
+
+
 def test_close_lets_queued_commands_commit_then_refuses_new_ones(board: WriterStore, raw: Raw) -> None:
     started, release = threading.Event(), threading.Event()
 
