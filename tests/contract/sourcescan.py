@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -216,6 +217,10 @@ def _assignments(statements: Iterable[ast.AST]) -> dict[str, list[ast.expr]]:
     return bound
 
 
+#: Modules whose string constants commands pass as SQL, by the name commands import them as.
+SQL_MODULES: dict[str, str] = {"rules": "services.board.conditions.rules"}
+
+
 def static_texts(node: ast.AST, *scopes: dict[str, list[ast.expr]], depth: int = 0) -> tuple[str, ...] | None:
     """The texts a string expression can have, ``{}`` standing for interpolated parts."""
     if depth > 5:
@@ -228,6 +233,10 @@ def static_texts(node: ast.AST, *scopes: dict[str, list[ast.expr]], depth: int =
         left = static_texts(node.left, *scopes, depth=depth + 1)
         right = static_texts(node.right, *scopes, depth=depth + 1)
         return None if left is None or right is None else tuple(a + b for a in left for b in right)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in SQL_MODULES:
+        # A statement the one rule's module builds (``rules.WAITS_FOR_SQL``): read as it is built.
+        value = getattr(importlib.import_module(SQL_MODULES[node.value.id]), node.attr, None)
+        return (value,) if isinstance(value, str) else None
     if isinstance(node, ast.Name):
         for scope in scopes:
             if node.id in scope:
