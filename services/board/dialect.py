@@ -75,6 +75,14 @@ def dialect_of(conn: object) -> Dialect:
     return dialect if isinstance(dialect, Dialect) else SQLITE
 
 
+def may_write(sql: str) -> bool:
+    """Whether a statement may change a row: any but a ``SELECT`` (the board's SQL is written in
+    capitals; a statement that only looks otherwise is taken to write, the safe side). What the
+    writer counts to know that a refused command left nothing to undo, and what makes the command
+    hook read a card its command wrote again."""
+    return not sql.lstrip().startswith("SELECT")
+
+
 def statement_code(statement: str) -> str:
     """A migration statement without the comment lines and blank lines before it: what the
     schema checks match a ``CREATE TRIGGER`` against, and run again to repair one."""

@@ -46,7 +46,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from shared.errors import TaskloomError
 
-from .dialect import POSTGRESQL, Params, bind
+from .dialect import POSTGRESQL, Params, bind, may_write
 from .notification_seal import KEY_BYTES, KEY_SECRET, SEAL_BYTES, NotificationSeal
 from .store import (
     PEER_GAP,
@@ -303,7 +303,7 @@ class PgConnection:
         self.writes = 0
 
     def execute(self, sql: str, parameters: Params = (), /) -> PgResult:
-        if not sql.startswith("SELECT"):
+        if may_write(sql):
             self.writes += 1
         query, params = bind(sql, parameters)
         cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)

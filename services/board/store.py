@@ -38,7 +38,7 @@ from shared.events import EVENT_SET
 from shared.limits import MAX_ACTIVITY_BYTES, MAX_CHANGES_BYTES
 from shared.timestamps import format_timestamp
 
-from .dialect import Connection, Cursor, Params, Row
+from .dialect import Connection, Cursor, Params, Row, may_write
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -202,7 +202,7 @@ class Tx:
         return self.conn.execute(sql, params).fetchall()
 
     def _sending(self, sql: str) -> None:
-        if self.cards and not sql.lstrip().startswith("SELECT"):
+        if self.cards and may_write(sql):
             self.cards.clear()
 
     def record(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -376,6 +377,16 @@ def test_a_batch_whose_rollback_to_a_savepoint_fails_tells_nobody_it_committed(
     assert run(board, rename, "after")["title"] == "after"
 
 
+def counted_rename(runs: list[str]) -> Callable[[Tx, str, str], Any]:
+    """``update_task`` of a title, noting each run of it in ``runs``: how a test tells a batch that
+    ran again from one that did not."""
+    def rename(tx: Tx, ref: str, title: str) -> Any:
+        runs.append(title)
+        return tasks.update_task(tx, ref, title=title)
+
+    return rename
+
+
 def test_a_refusal_after_a_write_runs_the_batch_again_and_each_command_once_more(board: WriterStore, raw: Raw) -> None:
     """A command refused after it wrote takes the batch back to its start; every command then runs
     once more, each in a savepoint of its own: the ones before it commit what their second run
@@ -383,19 +394,15 @@ def test_a_refusal_after_a_write_runs_the_batch_again_and_each_command_once_more
     task = new_task(board)
     before = counts(raw)
     runs: list[str] = []
+    rename = counted_rename(runs)
 
-    def rename(tx: Tx, title: str) -> Any:
-        runs.append(title)
-        return tasks.update_task(tx, task["id"], title=title)
-
-    def write_then_refuse(tx: Tx, title: str) -> None:
-        runs.append(title)
-        tasks.update_task(tx, task["id"], title=title)
+    def write_then_refuse(tx: Tx, ref: str, title: str) -> None:
+        rename(tx, ref, title)
         raise validation("refused after writing")
 
     outcomes = run_as_one_batch(board, [
-        (rename, "first"), (write_then_refuse, "second"), (rename, "third"), (write_then_refuse, "fourth"),
-        (rename, "fifth"),
+        (rename, task["id"], "first"), (write_then_refuse, task["id"], "second"), (rename, task["id"], "third"),
+        (write_then_refuse, task["id"], "fourth"), (rename, task["id"], "fifth"),
     ])
     assert runs == ["first", "second", "first", "second", "third", "fourth", "fifth"]
     assert [outcome["title"] for outcome in outcomes[0::2]] == ["first", "third", "fifth"]
@@ -412,16 +419,11 @@ def test_a_refusal_that_wrote_nothing_costs_the_batch_nothing(board: WriterStore
     batch goes on as it was, and nothing runs twice."""
     task = new_task(board)
     runs: list[str] = []
+    rename = counted_rename(runs)
 
-    def rename(tx: Tx, title: str) -> Any:
-        runs.append(title)
-        return tasks.update_task(tx, task["id"], title=title)
-
-    def rename_a_missing_card(tx: Tx, title: str) -> Any:
-        runs.append(title)
-        return tasks.update_task(tx, "no-such-card", title=title)
-
-    outcomes = run_as_one_batch(board, [(rename, "first"), (rename_a_missing_card, "second"), (rename, "third")])
+    outcomes = run_as_one_batch(board, [
+        (rename, task["id"], "first"), (rename, "no-such-card", "second"), (rename, task["id"], "third"),
+    ])
     assert runs == ["first", "second", "third"]
     assert isinstance(outcomes[1], TaskloomError) and outcomes[1].code == "NOT_FOUND", outcomes[1]
     assert (outcomes[0]["version"], outcomes[2]["version"]) == (2, 3)
