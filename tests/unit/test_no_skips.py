@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Final
 
+import pytest
+
 TESTS: Final = Path(__file__).resolve().parents[1]
 ROOT: Final = TESTS.parent
 #: pytest.<name>(...) calls and pytest.mark.<name> markers that let a test not run.
@@ -72,8 +74,10 @@ def test_fine(): assert "pytest.skip" != "skipped"
     ])
 
 
-def test_a_skip_at_run_time_fails_the_run(tmp_path: Path) -> None:
-    """The hooks turn every way a test can avoid running into a failure with its reason."""
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist workers, as make test runs"])
+def test_a_skip_at_run_time_fails_the_run(tmp_path: Path, workers: list[str]) -> None:
+    """The hooks turn every way a test can avoid running into a failure with its reason, in the
+    process that runs the test: under pytest-xdist that is a worker, whose reports the run counts."""
     (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     (tmp_path / "conftest.py").write_text(
         "from tests.support.no_skips import pytest_make_collect_report, pytest_runtest_makereport\n"
@@ -92,7 +96,8 @@ def test_a_skip_at_run_time_fails_the_run(tmp_path: Path) -> None:
         "import pytest\nmissing = pytest.importorskip('no_such_module_anywhere')\ndef test_never():\n    pass\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--continue-on-collection-errors", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--continue-on-collection-errors",
+         *workers, str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
