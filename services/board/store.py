@@ -649,15 +649,7 @@ class WriterStore:
             if first is _STOP:
                 break
             batch = [first]
-            while len(batch) < MAX_BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stopping = True
-                    break
-                batch.append(item)
+            stopping = self._take_queued(batch)
             self._handed, self._batch_head = None, 0
             try:
                 revision = self._run_batch(batch)
@@ -670,6 +662,19 @@ class WriterStore:
                 revision = 0
             self._settle(batch, revision, self._handed if revision else None, self._batch_head)
 
+    def _take_queued(self, batch: list[_Job]) -> bool:
+        """Move what has queued onto ``batch``, up to MAX_BATCH commands; True if it met the stop
+        marker (``close()``), which is never followed by a command."""
+        while len(batch) < MAX_BATCH:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return False
+            if item is _STOP:
+                return True
+            batch.append(item)
+        return False
+
     def _run_batch(self, batch: list[_Job]) -> int:
         """One transaction for the whole batch; returns the last revision it appended (0: none).
 
@@ -677,13 +682,19 @@ class WriterStore:
         of it written).
         """
         self.batches += 1
-        self.batched_commands += len(batch)
         # A lone command needs no savepoint: its refusal rolls back the transaction itself.
         several = len(batch) > 1
         conn = None
         try:
             conn = self._writer_conn()
             locked_at = self._begin(conn, *((f"SAVEPOINT {BATCH_SAVEPOINT}",) if several else ()))
+            # What queued while the lock was awaited (another board process held it) joins this
+            # batch: each command left out would wait for the lock again, behind the other's batch.
+            if self._take_queued(batch):
+                self._queue.put(_STOP)  # for the write loop: the stop marker stays the last item
+            if not several and len(batch) > 1:
+                self._steps(conn, f"SAVEPOINT {BATCH_SAVEPOINT}")
+                several = True
         except self.driver_error as exc:
             # Another process holds the write lock past its timeout, or the database is unusable.
             # A BEGIN that got as far as opening the transaction leaves it open (on PostgreSQL,
@@ -693,6 +704,7 @@ class WriterStore:
             for job in batch:
                 job.lose(self._lost(exc))
             return 0
+        self.batched_commands += len(batch)
         handoff = self._handoff
         # Frames are encoded for this process's live streams, and for those of other board
         # processes on the database that have some: they travel with the COMMIT (``_commit``).

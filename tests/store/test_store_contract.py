@@ -430,6 +430,54 @@ def test_a_refusal_that_wrote_nothing_costs_the_batch_nothing(board: WriterStore
     assert raw.execute("SELECT title FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0] == "third"
 
 
+def test_commands_that_queue_while_a_batch_waits_for_the_write_lock_join_that_batch(
+    board: WriterStore, raw: Raw, engine: str,
+) -> None:
+    """Another process holds the write lock (here a raw client): the writer's batch, a lone command
+    when it began, waits for it. The commands that queue meanwhile run in that batch once the lock
+    is granted, not in one more after it, and a refusal among them that wrote still takes back its
+    own writes only (the batch takes its savepoint as it grows)."""
+    task, other = new_task(board), new_task(board, "Other card")
+    runs: list[str] = []
+    rename = counted_rename(runs)
+
+    def write_then_refuse(tx: Tx) -> None:
+        tasks.update_task(tx, other["id"], title="never stands")
+        raise validation("refused after a write")
+
+    async def scenario() -> list[Any]:
+        raw.execute("BEGIN IMMEDIATE" if engine == "sqlite" else "BEGIN")
+        if engine != "sqlite":
+            raw.execute("SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE")
+        batches = board.batches
+        try:
+            first = asyncio.ensure_future(board.command(rename, ANN, task["id"], "first"))
+
+            async def waiting_alone() -> bool:  # its batch formed of it alone, now at the lock
+                return board.batches == batches + 1 and board.queued == 0
+
+            await async_wait_until(waiting_alone, what="the first command's batch at the write lock")
+            later = [asyncio.ensure_future(board.command(*call)) for call in [
+                (rename, ANN, task["id"], "second"), (write_then_refuse, ANN), (rename, ANN, task["id"], "third"),
+            ]]
+
+            async def all_queued() -> bool:
+                return board.queued == len(later)
+
+            await async_wait_until(all_queued, what="three commands queued behind the waiting batch")
+        finally:
+            raw.execute("COMMIT")
+        outcomes = await asyncio.gather(first, *later, return_exceptions=True)
+        assert board.batches == batches + 1, "the commands queued at the lock ran in the batch waiting for it"
+        return outcomes
+
+    outcomes = asyncio.run(scenario())
+    assert isinstance(outcomes[2], TaskloomError) and outcomes[2].code == "VALIDATION_FAILED", outcomes[2]
+    assert [outcomes[n]["version"] for n in (0, 1, 3)] == [2, 3, 4]
+    assert raw.execute("SELECT title FROM tasks WHERE id = ?", (task["id"],)).fetchone()[0] == "third"
+    assert raw.execute("SELECT title FROM tasks WHERE id = ?", (other["id"],)).fetchone()[0] == "Other card"
+
+
 def test_a_command_that_appends_no_row_is_told_it_committed_only_when_its_write_stands(
     board: WriterStore, raw: Raw, engine: str,
 ) -> None:
