@@ -78,8 +78,8 @@ def connect(path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, synchronous: 
     conn.execute("PRAGMA foreign_keys = ON")
     # Temporary data in memory: above all the journal of an open savepoint (a batch runs inside
     # ``SAVEPOINT batch``), which SQLite otherwise spills past 64 KiB to a new temporary file —
-    # an open, an unlink and a write per page changed, every batch: at 16 clients half the
-    # board's system time. It holds the first image of each page a transaction changes, so it is
+    # an open, an unlink and a write per page changed, every batch: at 16 clients about 40 % of
+    # the board's system time. It holds the first image of each page a transaction changes, so it is
     # as large as the transaction's changes to pages that existed before it began.
     conn.execute("PRAGMA temp_store = MEMORY")
     conn.execute(f"PRAGMA synchronous = {'NORMAL' if synchronous == 'normal' else 'FULL'}")
