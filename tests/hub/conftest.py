@@ -32,6 +32,14 @@ class Closed(Exception):
     """The hub closed the connection."""
 
 
+def _left(deadline: float, waiting_for: str) -> float:
+    """Seconds until ``deadline`` on the running loop; a wait already past it fails, naming what it waited for."""
+    left = deadline - asyncio.get_running_loop().time()
+    if left <= 0:
+        raise TimeoutError(f"no {waiting_for} before the deadline")
+    return left
+
+
 class RawClient:
     """A bare NDJSON client on a socket: what a person with ``nc`` does, in Python."""
 
@@ -86,17 +94,21 @@ class RawClient:
         return orjson.loads(line)
 
     async def recv_type(self, kind: str, timeout: float = 10.0) -> dict[str, Any]:
-        """The next message of ``kind``, skipping heartbeats only."""
+        """The next message of ``kind`` within ``timeout`` in all, skipping heartbeats only: a hub
+        that sends nothing but heartbeats fails the wait instead of holding it open for ever."""
+        deadline = asyncio.get_running_loop().time() + timeout
         while True:
-            message = await self.recv(timeout)
+            message = await self.recv(_left(deadline, f"a {kind} message"))
             if message["type"] == kind:
                 return message
             assert message["type"] == "heartbeat", f"expected {kind}, got {message}"
 
     async def events(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """The next ``count`` events within ``timeout`` in all, skipping heartbeats."""
+        deadline = asyncio.get_running_loop().time() + timeout
         got: list[dict[str, Any]] = []
         while len(got) < count:
-            message = await self.recv(timeout)
+            message = await self.recv(_left(deadline, f"{count} events (got {len(got)})"))
             if message["type"] == "heartbeat":
                 continue
             assert message["type"] == "event", message
