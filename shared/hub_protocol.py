@@ -277,12 +277,55 @@ def eof() -> dict[str, Any]:
     return {"type": "eof"}
 
 
+#: An ``error`` line quotes what the peer sent, never all of it: its message is cut to this many
+#: characters; in ``details`` a string to ``ECHO_TEXT_CHARS``, a list or an object to its first
+#: ``ECHO_ITEMS`` entries, and what is nested inside those is named, not shown. An answer then
+#: always fits a line (``HUB_MAX_LINE``: a few fields of at most about 26 KB each) and always
+#: encodes (orjson reads 1024 levels of nesting, but writes only 254).
+ERROR_MESSAGE_CHARS: Final = 1000
+ECHO_TEXT_CHARS: Final = 200
+ECHO_ITEMS: Final = 64
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def echo(value: Any, *, nested: bool = False) -> Any:
+    """``value`` as an error may quote it back: scalars as they are, strings cut to
+    ``ECHO_TEXT_CHARS``, a list or an object to its first ``ECHO_ITEMS`` entries, whose own lists
+    and objects (``nested``) are only named."""
+    if value is None or isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        # orjson writes integers of 64 bits only; a larger one (a client library's) is quoted as text.
+        return value if -(1 << 63) <= value < (1 << 64) else _clip(str(value), ECHO_TEXT_CHARS)
+    if isinstance(value, str):
+        return _clip(value, ECHO_TEXT_CHARS)
+    if isinstance(value, list | tuple):
+        if nested:
+            return f"<a list of {len(value)}>"
+        shown = [echo(item, nested=True) for item in value[:ECHO_ITEMS]]
+        return [*shown, f"<{len(value) - ECHO_ITEMS} more>"] if len(value) > ECHO_ITEMS else shown
+    if isinstance(value, dict):
+        if nested:
+            return f"<an object of {len(value)}>"
+        entries = list(value.items())
+        shown_entries = {_clip(str(key), ECHO_TEXT_CHARS): echo(item, nested=True) for key, item in entries[:ECHO_ITEMS]}
+        if len(entries) > ECHO_ITEMS:
+            shown_entries["…"] = f"<{len(entries) - ECHO_ITEMS} more>"
+        return shown_entries
+    return _clip(repr(value), ECHO_TEXT_CHARS)
+
+
 def error(code: str, message: str, **details: Any) -> dict[str, Any]:
+    """An ``error`` line; ``message`` and ``details`` may quote the peer's request, so both are cut
+    down here (``echo``), for every error the hub sends."""
     if code not in HUB_ERRORS:
         raise ValueError(f"undeclared hub error code {code!r}")
-    body: dict[str, Any] = {"type": "error", "code": code, "message": message}
+    body: dict[str, Any] = {"type": "error", "code": code, "message": _clip(message, ERROR_MESSAGE_CHARS)}
     if details:
-        body["details"] = details
+        body["details"] = {name: echo(value) for name, value in details.items()}
     return body
 
 

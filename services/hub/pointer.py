@@ -56,10 +56,11 @@ def write_json_atomic(path: Path, record: dict[str, Any]) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from a file, or None if it is missing or unreadable (a crash mid-write)."""
+    """A JSON object from a file, or None if it is missing or unreadable (a crash mid-write, or
+    nesting deeper than the parser's recursion allows)."""
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
 

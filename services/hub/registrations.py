@@ -169,8 +169,14 @@ class Registrations:
 
     async def _rehydrate(self) -> None:
         path = self.settings.path
-        record = await asyncio.to_thread(read_json, path) if path is not None else None
-        self._feed(rg.Restore(self._without_protected(record)))
+        try:
+            record = await asyncio.to_thread(read_json, path) if path is not None else None
+            kept = self._without_protected(record)
+        except Exception:  # a file of a shape nobody foresaw: ignored, as an unreadable one is
+            log.exception("registrations_file_unusable", path=str(path))
+            kept = None
+        # Always fed, or rehydration would never end and every ``watch`` would wait for it.
+        self._feed(rg.Restore(kept))
 
     def _without_protected(self, record: dict[str, Any] | None) -> dict[str, Any] | None:
         """Entries with a brief inside our own state were written by a hub that did not check:

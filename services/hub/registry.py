@@ -1058,7 +1058,10 @@ class Registry:
         viewer.owned.clear()
 
     def _persist(self) -> None:
-        if self.persistent and not self.stopping:
+        # While rehydration runs the file on disk is the record being restored, and the snapshot
+        # would hold only what is restored so far: a stop then would lose the rest. The end of
+        # rehydration writes one snapshot that has everything (``_restored``).
+        if self.persistent and not self.stopping and not self._restoring:
             self._emit(Persist(self.snapshot()))
 
     # -- rehydration ----------------------------------------------------------------------------
@@ -1077,10 +1080,10 @@ class Registry:
         self._restore_next_entry()
 
     def _restored(self, *, persist: bool) -> None:
+        self._restoring = False
         if persist:
             self._persist()
             self._emit(Changed())
-        self._restoring = False
         self.restored = True
         self._emit(Restored())
 

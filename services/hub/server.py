@@ -598,6 +598,10 @@ class Connection:
                 await self._until_answers_taken()
         except (ConnectionError, OSError):
             self.abort()
+        except Exception:
+            # A request the hub failed to answer: the session ends, never lingers without its reader.
+            log.exception("session_failed")
+            self.abort()
 
     async def _until_answers_taken(self) -> None:
         """Wait while more waits for the peer than one follower's outbox may hold, or than the
@@ -779,9 +783,11 @@ class Connection:
             self.send(hp.reset(reason=hp.RESET_RING, revision=head))
         elif not frames:
             self.lagging = False  # caught up: from now on the fan-out feeds the outbox
+            self._arm_timer()  # the idle bound counts again, from the last event sent
         else:
             self.cursor = frames[-1][0]
             self.outbox.extend(line for _, line in frames)
+            self.last_event_at = self._loop.time()  # records are being sent: not idle
 
     async def _write_loop(self) -> None:
         try:
@@ -834,7 +840,7 @@ class Connection:
             # A heartbeat was due but the writer was busy or blocked: look again one interval on.
             heartbeat_due = now + interval
         due = heartbeat_due
-        if self.idle_ms:
+        if self.idle_ms and not self.lagging:
             due = min(due, self.last_event_at + self.idle_ms / 1000)
         self._timer = self._loop.call_at(due, self._on_timer)
 
@@ -843,7 +849,9 @@ class Connection:
         if self.closing:
             return
         now = self._loop.time()
-        if self.idle_ms and now >= self.last_event_at + self.idle_ms / 1000:
+        # A follower still catching up from the ring has records coming: it is not idle, however
+        # long it takes to read them.
+        if self.idle_ms and not self.lagging and now >= self.last_event_at + self.idle_ms / 1000:
             self.send(hp.idle(idle_ms=self.idle_ms))
             self.close_after_flush()
             return

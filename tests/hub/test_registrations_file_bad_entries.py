@@ -94,3 +94,20 @@ async def test_an_infinite_ttl_in_the_registrations_file_is_dropped(
     # Python's json reads 1e400 as inf; int(inf) raises OverflowError, which _parse does not catch.
     await _one_bad_entry(board, client, tmp_path, {"path": str(tmp_path / "bad.md"), "ttl_ms": "__RAW__"},
                          raw_text="1e400")
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"version": 2, "registrations": [' + "[" * 100_000 + "]}"],
+                         ids=["nested-array", "nested-entry"])
+async def test_a_file_nested_deeper_than_the_parser_goes_is_ignored(board: RunningBoard, tmp_path: Path,
+                                                                     text: str) -> None:
+    """A file that cannot be read is ignored, like a truncated one. ``json.loads`` of a document
+    this deep raises RecursionError, not ValueError; before, that killed the rehydration and with
+    it every ``watch-status`` and ``watch`` of the hub's life."""
+    path = tmp_path / "run" / "hub-test.registrations.json"
+    path.parent.mkdir(mode=0o700)
+    path.write_text(text)
+    hub = await start_hub(board.url, board.token, registrations_path=path, **FAST_WATCH)
+    try:
+        assert await status_within(hub, 10.0) == {"type": "watch-status", "registrations": []}
+    finally:
+        await hub.stop()

@@ -454,6 +454,27 @@ def test_rehydration_with_the_board_down_keeps_the_cards_for_later() -> None:
     assert world.files == {"/w/a.md": card.markdown()}
 
 
+def test_a_change_during_rehydration_writes_no_snapshot_that_leaves_out_what_is_not_restored_yet() -> None:
+    """A registration that ends while a later one is still being restored: a snapshot then would
+    hold only what is restored so far, and a hub stopped before rehydration ends would have erased
+    the rest from disk. The file is left as it is until one snapshot with everything is written."""
+    world = World(restore=False, auto_io=False)
+    first, second = world.card(1), world.card(2)
+    world.feed(rg.Restore({"version": hp.REGISTRATIONS_VERSION, "board": "http://board.test", "registrations": [
+        _entry("w_first", (first.task_id, first.identifier, "/w/first.md"), ttl_ms=60_000, created=EPOCH - 59),
+        _entry("w_second", (second.task_id, second.identifier, "/w/second.md")),
+    ]}))
+    while not (isinstance(world.io[0], rg.Render) and world.io[0].ref == second.task_id):
+        world.complete()  # the first registration is back; the second one's render is under way
+    world.advance(2.0)  # the first one's TTL ends meanwhile
+    assert [ended.registration_id for ended in world.ended] == ["w_first"]
+    assert world.persisted is None, f"a snapshot without the registration being restored: {world.persisted}"
+    while world.io:
+        world.complete()
+    assert world.registry.restored
+    assert [r["registration_id"] for r in world.persisted["registrations"]] == ["w_second"]
+
+
 def test_a_file_of_another_version_is_ignored() -> None:
     world = World(restore=False)
     world.feed(rg.Restore({"version": 1, "registrations": []}))
