@@ -744,7 +744,7 @@ class WriterStore:
                     # commands before this one are gone too, and nobody has been told otherwise.
                     for earlier in batch[:position]:
                         earlier.lose(self._lost(exc))
-                    return self._run_rest(batch[position + 1:])
+                    return self._run_rest(batch, position + 1)
                 if not several:
                     conn.execute("ROLLBACK")
                     self._left_head = locked_at  # nothing of it stands: the head is the one it found
@@ -818,9 +818,15 @@ class WriterStore:
             return None  # the commit is not this check's to fail: the log reader will read it
         return handed_if_whole(began, head, rows_after, frames)
 
-    def _run_rest(self, rest: list[_Job]) -> int:
-        """Commands of a lost batch that had not run yet get a transaction of their own."""
-        return self._run_batch(rest) if rest else 0
+    def _run_rest(self, batch: list[_Job], start: int) -> int:
+        """The commands of a lost batch from ``start`` on, which had not run yet, get a transaction
+        of their own. What queued meanwhile joins that transaction (``_take_queued``), and so
+        joins ``batch`` too: the write loop settles ``batch``, and a job it does not hold would
+        commit with its caller never told."""
+        rest = batch[start:]
+        revision = self._run_batch(rest) if rest else 0
+        batch[start:] = rest
+        return revision
 
     def _abandon(self, conn: Any) -> None:
         if self._in_transaction(conn):
