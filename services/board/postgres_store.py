@@ -319,6 +319,13 @@ class PgConnection:
         cursor.execute(statements.encode())  # no parameters: psycopg sends it as it is
         return PgResult(cursor, self._spares)
 
+    def replace(self, raw: psycopg.Connection[Any]) -> None:
+        """Go on over ``raw``, a fresh session, in place of one the server ended."""
+        with contextlib.suppress(Exception):
+            self.raw.close()
+        self.raw = raw
+        self._spares = []
+
     @property
     def in_transaction(self) -> bool:
         return self.raw.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
@@ -558,10 +565,24 @@ class PostgresStore(WriterStore):
         # ``lock_timeout``: a lock held elsewhere (another process's long batch, a stuck psql
         # session) makes this batch 503 after that long, as SQLite's busy timeout does, rather than
         # leave every write of this process waiting without end.
-        cursor = conn.script("; ".join((
+        script = "; ".join((
             "BEGIN", f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'",
             "SELECT revision FROM global_revision WHERE singleton = 1 FOR UPDATE", *then,
-        )))
+        ))
+        try:
+            cursor = conn.script(script)
+        except psycopg.OperationalError as exc:
+            if not _connection_lost(conn.raw, exc):
+                raise
+            # The writer's session ended while it was idle (a terminated backend, the server's
+            # idle_session_timeout, a restart): this batch has written nothing, so it begins once
+            # more on a fresh session rather than answer 503 to a server that is up.
+            log.info("writer_session_replaced", error=str(exc).strip())
+            try:
+                conn.replace(connect(self.url))
+            except StoreUnreachable as unreachable:
+                raise psycopg.OperationalError(str(unreachable)) from unreachable
+            cursor = conn.script(script)
         cursor.nextset()
         cursor.nextset()
         row = cursor.fetchone()
