@@ -246,6 +246,10 @@ REFUSALS: list[tuple[str, list[str], str, str]] = [
      "UPDATE tasks SET kind = 'task', status = 'done' WHERE id = 'e1'", "RELATION_INVALID: an epic with children must stay an epic"),
     ("a second row of a multi-row update breaks the graph", [],
      "UPDATE tasks SET status = 'in_progress' WHERE id IN ('t_a', 't_done')", "TERMINAL_STATE"),
+    ("the revision counter lowered", [], "UPDATE global_revision SET revision = revision - 1", "REVISION_LOWERED"),
+    ("the revision counter set to where it stands", [], "UPDATE global_revision SET revision = revision",
+     "REVISION_LOWERED"),
+    ("the revision counter row deleted", [], "DELETE FROM global_revision", "REVISION_LOWERED"),
     ("the floor lowered", [], "UPDATE board_meta SET value = '-1' WHERE key = 'floor'", "FLOOR_LOWERED"),
     ("the floor row deleted", [], "DELETE FROM board_meta WHERE key = 'floor'", "FLOOR_LOWERED"),
     ("a row above the floor deleted while the window is open", [RAISE_FLOOR_TO_OLDEST],
@@ -388,6 +392,16 @@ def test_a_multi_row_activity_insert_counts_each_row_as_sqlite_does(engine: Engi
 
 
 # -- PostgreSQL only: what SQLite needs no rule for --------------------------------------------
+
+
+def test_truncate_and_an_upsert_cannot_move_the_revision_counter(pg: PostgresEngine) -> None:
+    """Every revision comes from the counter's one row: lowered, the board's next write would
+    collide with a revision in the log; gone, it could not write at all."""
+    before = snapshot(pg)
+    assert pg.refusal("TRUNCATE global_revision") == "REVISION_LOWERED"
+    assert pg.refusal("INSERT INTO global_revision (singleton, revision) VALUES (1, 0)"
+                      " ON CONFLICT (singleton) DO UPDATE SET revision = excluded.revision") == "REVISION_LOWERED"
+    assert snapshot(pg) == before
 
 
 @pytest.mark.parametrize(("table", "message"), [

@@ -205,3 +205,26 @@ def test_migrations_are_numbered_from_one_without_gaps() -> None:
     numbers = [number for number, _ in store.migrations()]
     assert numbers == list(range(1, len(numbers) + 1))
     assert schema_version() == numbers[-1]
+
+
+def test_the_revision_counter_only_rises_and_keeps_its_one_row(tmp_path: Path) -> None:
+    """Every revision comes from ``global_revision``: a raw session that lowered it would make the
+    board's next write collide with the log, one that removed it would stop every write. Raising
+    it (a bump, a restore skipping a lost future) is what the board does, and stays allowed."""
+    path = tmp_path / "board.sqlite"
+    migrate(path)
+    conn = connect(path)
+    try:
+        conn.execute("UPDATE global_revision SET revision = revision + 5")
+        for statement in (
+            "UPDATE global_revision SET revision = revision - 1",
+            "UPDATE global_revision SET revision = revision",
+            "DELETE FROM global_revision",
+            "INSERT OR REPLACE INTO global_revision (singleton, revision) VALUES (1, 0)",
+            "REPLACE INTO global_revision (singleton, revision) VALUES (1, 0)",
+        ):
+            with pytest.raises(sqlite3.IntegrityError, match="REVISION_LOWERED"):
+                conn.execute(statement)
+        assert [tuple(row) for row in conn.execute("SELECT singleton, revision FROM global_revision")] == [(1, 5)]
+    finally:
+        conn.close()
