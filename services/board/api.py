@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 
 from shared import domain, limits
-from shared.errors import TaskloomError, validation
+from shared.errors import TaskloomError, not_found, validation
 from shared.events import SYSTEM
 from shared.json_bounds import check_free_form, check_json
 
@@ -354,6 +354,11 @@ def to_aiohttp(route: Route, store_key: web.AppKey[WriterStore]) -> Callable[[we
             extra = await read_body(request, route.max_body)
             if extra.strip() not in (b"", b"{}"):
                 check_body(parse_json(extra), {})
+        for name, value in request.match_info.items():
+            if "\x00" in value:
+                # No name or id the board stores holds U+0000 (the API refuses it in every value,
+                # PostgreSQL cannot store it): nothing by this name exists, on either engine.
+                raise not_found(name, value)
         call = Call(request, request.app[store_key], query, body, request.match_info)
         result = await route.handler(call)
         if isinstance(result, web.StreamResponse):

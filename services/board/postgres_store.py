@@ -723,6 +723,10 @@ class PostgresStore(WriterStore):
                         raise
             except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
                 raise unavailable(exc) from exc
+            except psycopg.DataError as exc:
+                # A value the server cannot take (a text holding U+0000 that no check before
+                # caught): the request's fault, said as a writer says it, never a 500.
+                raise translate_error(exc) from exc
         raise AssertionError("every attempt returns or raises")
 
     def follow_log(self) -> PgLogFollower:

@@ -22,6 +22,7 @@ from typing import Any, Final
 import orjson
 
 from shared.errors import validation
+from shared.limits import INT64_MAX
 
 from ..dialect import Row
 
@@ -59,8 +60,9 @@ def decode_cursor(text: str) -> int:
 def integer_part(text: str, value: str | bytes) -> int:
     """An integer inside the cursor ``text``: the whole integer key, or a part of a composite key
     that holds one (a row id beside the board that numbered it)."""
-    # ASCII digits only: '²' or '١' are not part of any cursor the board wrote.
-    if not (value.isascii() and value.isdigit()):
+    # ASCII digits only: '²' or '١' are not part of any cursor the board wrote; and at most a
+    # signed 64-bit integer, which is what SQLite can bind (it raised OverflowError, a 500).
+    if not (value.isascii() and value.isdigit()) or len(value) > len(str(INT64_MAX)) or int(value) > INT64_MAX:
         raise validation("malformed cursor", cursor=text)
     return int(value)
 
@@ -71,7 +73,10 @@ def decode_key_cursor(text: str, width: int) -> list[str]:
         key = orjson.loads(_unwrap(text, TEXT_KEY))
     except orjson.JSONDecodeError as exc:
         raise validation("malformed cursor", cursor=text) from exc
-    if not isinstance(key, list) or len(key) != width or not all(isinstance(part, str) for part in key):
+    # No text the board stores holds U+0000 (PostgreSQL cannot, and the API refuses it), so no
+    # cursor it wrote does either.
+    if (not isinstance(key, list) or len(key) != width
+            or not all(isinstance(part, str) and "\x00" not in part for part in key)):
         raise validation("malformed cursor", cursor=text)
     return key
 
