@@ -71,6 +71,11 @@ class LineFramer:
             raise LineTooLong(self.max_line, lines)
         return lines
 
+    def finish(self) -> list[bytes]:
+        """At the end of the stream: its last line if no newline ended it (``printf '{…}' | nc -N``),
+        as ``feed`` would have returned it with one."""
+        return self.feed(b"\n") if self._buf else []
+
 
 def decode_line(line: bytes) -> dict[str, Any]:
     """Parse one line into a message: a JSON object with a non-empty string ``type``."""

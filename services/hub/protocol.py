@@ -256,13 +256,17 @@ class Session:
         leaving, so the session closes without a word (the hub cannot tell a half-close from a
         departure, and a registration must not outlive an owner that has gone).
         """
-        if self.closed or self.following:
+        if self.closed:
             return []
+        # A last request with no newline after it is a request all the same.
+        actions = self._lines(self._framer.finish())
+        if self.closed or self.following:
+            return actions
         if self.watching:
-            return self._close_with([Close("eof")])
+            return actions + self._close_with([Close("eof")])
         if not self.greeted:
-            return self._close_with([Close("eof")])
-        return self._close_with([Send(hp.eof()), Close("eof")])
+            return actions + self._close_with([Close("eof")])
+        return actions + self._close_with([Send(hp.eof()), Close("eof")])
 
     def hello_timed_out(self) -> list[Action]:
         """The greeting deadline passed; only a session still waiting for ``hello`` is closed."""

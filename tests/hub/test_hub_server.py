@@ -6,6 +6,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
+import orjson
 import pytest
 
 from services.hub.server import Hub
@@ -158,6 +159,17 @@ async def test_half_closed_peer_gets_eof_unless_following(hub: Hub, board: Runni
     streaming.writer.write_eof()
     assert (await streaming.recv())["type"] == "open"
     assert (await streaming.recv())["type"] == "idle"  # the stream outlived our half-close
+
+
+async def test_a_last_request_without_a_newline_is_answered_at_the_half_close(hub: Hub, board: RunningBoard) -> None:
+    """``printf '{"type":"ping"}' | nc -N``: no newline after the last request, then the end of
+    input. It used to be dropped, and ``eof`` claimed everything asked had been answered."""
+    raw = await RawClient.greeted(hub)
+    await raw.send(orjson.dumps(hp.ping()))
+    raw.writer.write_eof()
+    assert (await raw.recv())["type"] == "pong"
+    assert await raw.recv() == {"type": "eof"}
+    assert await raw.closed()
 
 
 # -- bad input: a clear error, the session closed or kept as documented, others unaffected ------

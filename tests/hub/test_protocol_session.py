@@ -204,3 +204,16 @@ def test_end_of_input() -> None:
     streaming = greeted()
     streaming.feed(line({"type": "follow"}))
     assert streaming.feed_eof() == []  # nc -N half-closes; the stream goes on
+
+
+def test_a_last_request_without_a_newline_is_answered_before_eof() -> None:
+    """``printf '{"type":"ping"}' | nc -N``: the request is served, then ``eof`` says all was answered."""
+    session = greeted()
+    assert session.feed(orjson.dumps(hp.ping())) == []
+    actions = session.feed_eof()
+    assert [type(action) for action in actions] == [Request, Send, Close]
+    assert actions[0].type == "ping" and actions[1].message == hp.eof()
+    following = greeted()
+    following.feed(orjson.dumps({"type": "follow"}))
+    assert [action.type for action in following.feed_eof() if isinstance(action, Request)] == ["follow"]
+    assert following.following  # and the stream goes on past the half-close
