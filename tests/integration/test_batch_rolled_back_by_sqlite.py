@@ -24,24 +24,12 @@ from services.board.commands import tasks
 from services.board.store import Actor, Tx
 from shared.errors import TaskloomError
 from tests.support.board import API, BoardClient, RunningBoard, make_task
+from tests.support.gate import Gate
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
 
 ANN = Actor("human", "ann")
-
-
-class Gate:
-    """A command that holds the writer thread until released."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, tx: Tx) -> None:
-        self.started.set()
-        if not self.release.wait(10):
-            raise AssertionError("the gate was never released")
 
 
 class FillsTheDisk:

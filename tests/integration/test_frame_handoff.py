@@ -12,7 +12,6 @@ import asyncio
 import sqlite3
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
@@ -30,6 +29,7 @@ from shared import events
 from shared.errors import TaskloomError
 from tests.support.board import BoardClient, RunningBoard, make_project, make_task, start_board
 from tests.support.frames import FrameStream
+from tests.support.gate import Gate
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -203,19 +203,6 @@ async def test_an_external_writer_interleaved_with_the_board_loses_and_repeats_n
     assert external == 150
     assert handoff.taken > taken, "board batches were handed over"
     assert reader.rows_read - read_before >= 150, "the other process's rows were read from the file"
-
-
-class Gate:
-    """Holds the writer thread so the commands after it queue up and run as one batch."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, tx: Tx) -> None:
-        self.started.set()
-        if not self.release.wait(10):
-            raise AssertionError("the gate was never released")
 
 
 def record_then_refuse(tx: Tx, ref: str) -> None:

@@ -39,6 +39,7 @@ from tests.support.board import (
     make_task,
     raw_connection,
 )
+from tests.support.gate import Gate
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
@@ -47,19 +48,6 @@ ANN = Actor("human", "ann")
 WORKER_1 = Actor("claude", "worker-1")
 WORKER_2 = Actor("codex", "worker-2")
 REPO = Path(__file__).resolve().parents[2]
-
-
-class Gate:
-    """A command that holds the writer thread until released, so the commands after it queue up."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, tx: Tx) -> None:
-        self.started.set()
-        if not self.release.wait(10):
-            raise AssertionError("the gate was never released")
 
 
 async def hold_writer(store: SqliteStore) -> tuple[Gate, asyncio.Future[Any]]:
