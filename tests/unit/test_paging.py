@@ -34,9 +34,21 @@ def test_integer_keys_round_trip(key: int) -> None:
     assert decode_cursor(encode_cursor(key)) == key
 
 
-@given(st.lists(st.text(), min_size=1, max_size=3).map(tuple))
+#: Texts the board stores, and so names in a cursor: none holds U+0000 (refused on the way in).
+STORED_TEXT = st.text(alphabet=st.characters(blacklist_characters="\x00"))
+
+
+@given(st.lists(STORED_TEXT, min_size=1, max_size=3).map(tuple))
 def test_text_keys_round_trip(key: tuple[str, ...]) -> None:
     assert decode_key_cursor(encode_cursor(key), len(key)) == list(key)
+
+
+@given(st.lists(STORED_TEXT, min_size=1, max_size=3), st.data())
+def test_a_text_key_holding_nul_is_no_cursor_the_board_wrote(key: list[str], data: st.DataObject) -> None:
+    at = data.draw(st.integers(min_value=0, max_value=len(key) - 1))
+    key[at] += "\x00"
+    with pytest.raises(TaskloomError, match="malformed cursor"):
+        decode_key_cursor(encode_cursor(tuple(key)), len(key))
 
 
 @pytest.mark.parametrize(
