@@ -26,7 +26,9 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -107,6 +109,13 @@ CONNECT_TIMEOUT_S: Final = 5
 LOCK_TIMEOUT_MS: Final = 5000
 #: How long a read waits for a pool connection before answering 503, seconds.
 READ_TIMEOUT_S: Final = 5.0
+#: How long the writer waits for one answer from the server before it gives up on the session,
+#: seconds: far past the revision lock's timeout and what any statement of the board takes, so
+#: only a server that has stopped answering while its host still acknowledges every packet (a
+#: backend stopped by a signal, a disk hung under it) meets it. TCP keepalives cannot see that.
+WRITER_ANSWER_TIMEOUT_S: Final = 60.0
+#: How often the writer's watch looks at the round trip under way, seconds.
+WRITER_WATCH_INTERVAL_S: Final = 0.5
 #: The log reader's safety poll: notifications wake it; this catches anything they could miss.
 SAFETY_POLL_S: Final = 2.0
 #: How often the LISTEN thread looks up from its wait (to notice the store closing), seconds.
@@ -301,14 +310,21 @@ class PgConnection:
         self._spares: list[psycopg.Cursor[PgRow]] = []
         #: Statements sent that may have changed a row: all but a ``SELECT`` (``_writes``).
         self.writes = 0
+        #: (when, the socket) of the round trip under way, if one is: what the writer's watch
+        #: looks at (``PostgresStore._watch_writer``). psycopg reads a whole result in ``execute``.
+        self.waiting: tuple[float, int] | None = None
 
     def execute(self, sql: str, parameters: Params = (), /) -> PgResult:
         if may_write(sql):
             self.writes += 1
         query, params = bind(sql, parameters)
         cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)
-        # A tuple is always passed, even empty: psycopg then reads ``%%`` as the ``%`` it stands for.
-        cursor.execute(query, params if isinstance(params, Mapping) else tuple(params))
+        self.waiting = (time.monotonic(), self.raw.pgconn.socket)
+        try:
+            # A tuple is always passed, even empty: psycopg then reads ``%%`` as the ``%`` it stands for.
+            cursor.execute(query, params if isinstance(params, Mapping) else tuple(params))
+        finally:
+            self.waiting = None
         return PgResult(cursor, self._spares if _small(params) else None)
 
     def script(self, statements: str) -> PgResult:
@@ -316,7 +332,11 @@ class PgConnection:
         result starts at the first statement's; ``nextset`` moves on."""
         cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)
         self.writes += 1
-        cursor.execute(statements.encode())  # no parameters: psycopg sends it as it is
+        self.waiting = (time.monotonic(), self.raw.pgconn.socket)
+        try:
+            cursor.execute(statements.encode())  # no parameters: psycopg sends it as it is
+        finally:
+            self.waiting = None
         return PgResult(cursor, self._spares)
 
     def replace(self, raw: psycopg.Connection[Any]) -> None:
@@ -421,6 +441,20 @@ def unavailable(exc: BaseException, what: str = "is unavailable") -> TaskloomErr
     return store_unavailable(exc, what, details=_driver_details(exc), check=UNAVAILABLE_CHECK)
 
 
+def _shut_down(fd: int) -> None:
+    """End the TCP (or Unix) connection on ``fd`` both ways, leaving the descriptor to its owner."""
+    try:
+        duplicate = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return
+    try:
+        duplicate.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        duplicate.close()  # the duplicate only: the owner's descriptor stays open
+
+
 def _connection_lost(raw: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
     """The session is gone (dropped, or ended by the server), not the statement refused."""
     state = exc.sqlstate or ""
@@ -498,6 +532,11 @@ class PostgresStore(WriterStore):
         #: Seals what this process sends the others and checks what they send (``notification_seal``):
         #: set at ``open``, or read by the LISTEN thread if it starts first.
         self._seal: NotificationSeal | None = None
+        #: The writer's connection and the thread that watches its round trips (``_watch_writer``).
+        self.answer_timeout_s = WRITER_ANSWER_TIMEOUT_S
+        self._writer_pg: PgConnection | None = None
+        self._watch_thread: threading.Thread | None = None
+        self._watch_stop = threading.Event()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -525,6 +564,7 @@ class PostgresStore(WriterStore):
         conn.read_only = True
 
     def _close_connections(self) -> None:
+        self._watch_stop.set()
         self._listen_stop.set()
         if self._listen_conn is not None:
             with contextlib.suppress(Exception):
@@ -553,9 +593,30 @@ class PostgresStore(WriterStore):
 
     def _writer_conn(self) -> PgConnection:
         try:
-            return self._own_conn()
+            conn = self._own_conn()
         except StoreUnreachable as exc:
             raise psycopg.OperationalError(str(exc)) from exc
+        if self._writer_pg is not conn:
+            self._writer_pg = conn
+            if self._watch_thread is None:
+                self._watch_thread = threading.Thread(target=self._watch_writer, name="taskloom-writer-watch", daemon=True)
+                self._watch_thread.start()
+        return conn
+
+    def _watch_writer(self) -> None:
+        """Give up on a writer session whose server has not answered one round trip for
+        ``answer_timeout_s``: shut its socket down, so the blocked call fails as for a lost
+        connection. Its commands answer 503 and the next batch begins on a fresh session (a batch
+        cut at BEGIN begins again at once, ``_begin``); without this they, and every write queued
+        behind them, would wait for as long as the server stays silent."""
+        while not self._watch_stop.wait(WRITER_WATCH_INTERVAL_S):
+            conn = self._writer_pg
+            waiting = conn.waiting if conn is not None else None
+            if conn is None or waiting is None or time.monotonic() - waiting[0] < self.answer_timeout_s:
+                continue
+            if conn.waiting is waiting:  # still that round trip: its socket is still open
+                log.error("writer_server_silent", target=self.target, waited_s=round(time.monotonic() - waiting[0], 1))
+                _shut_down(waiting[1])
 
     def _begin(self, conn: PgConnection, *then: str) -> int:
         # The revision lock first, before any other row lock (commit order = revision order, no
