@@ -44,7 +44,7 @@ import structlog
 from shared import limits
 from shared.errors import TaskloomError, validation
 
-from .commands.attachments import blob_holds, blob_path, write_blob
+from .commands.attachments import DIGEST, blob_holds, blob_path, write_blob
 from .compaction import ARCHIVE_DIR
 from .files import ensure_private_dir, fsync_file, move_atomic
 from .queries.activities import RESTORE_GAPS_KEY
@@ -183,6 +183,11 @@ class RestoreResult:
 def _carried_blobs(conn: sqlite3.Connection, source: Path) -> int | None:
     """Check every blob ``source`` carries against its digest, and that each attachment row finds
     its blob; returns how many it carries (None: the backup predates ``backup_blobs``)."""
+    # Whatever the backup's age: an attachment's digest names its file, so one that is not a
+    # digest (a damaged or crafted backup: an absolute path) would name a file outside the board.
+    for attachment_id, sha256 in conn.execute("SELECT id, sha256 FROM attachments"):
+        if not isinstance(sha256, str) or not DIGEST.fullmatch(sha256):
+            raise RestoreRefused(f"{source} names attachment {attachment_id} by {str(sha256)[:80]!r}, not a SHA-256 digest")
     if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (BLOBS_TABLE,)).fetchone() is None:
         return None
     count = 0

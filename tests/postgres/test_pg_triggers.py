@@ -250,6 +250,13 @@ REFUSALS: list[tuple[str, list[str], str, str]] = [
     ("the revision counter set to where it stands", [], "UPDATE global_revision SET revision = revision",
      "REVISION_LOWERED"),
     ("the revision counter row deleted", [], "DELETE FROM global_revision", "REVISION_LOWERED"),
+    ("an attachment named by a path instead of its digest", [],
+     "INSERT INTO attachments (id, task_id, filename, content_type, size, sha256, created_at, updated_at)"
+     f" VALUES ('att9', 't_a', 'x.txt', 'text/plain', 1, '/etc/passwd', '{TS}', '{TS}')", "ATTACHMENT_DIGEST"),
+    ("an attachment's digest rewritten into a path",
+     ["INSERT INTO attachments (id, task_id, filename, content_type, size, sha256, created_at, updated_at)"
+      f" VALUES ('att9', 't_a', 'x.txt', 'text/plain', 1, '{'cd' * 32}', '{TS}', '{TS}')"],
+     "UPDATE attachments SET sha256 = '../../../etc/passwd' WHERE id = 'att9'", "ATTACHMENT_DIGEST"),
     ("the floor lowered", [], "UPDATE board_meta SET value = '-1' WHERE key = 'floor'", "FLOOR_LOWERED"),
     ("the floor row deleted", [], "DELETE FROM board_meta WHERE key = 'floor'", "FLOOR_LOWERED"),
     ("a row above the floor deleted while the window is open", [RAISE_FLOOR_TO_OLDEST],

@@ -20,7 +20,7 @@ import re
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 import structlog
@@ -92,7 +92,16 @@ def check_size(data: bytes) -> None:
 # -- blobs (plain file I/O; callers run these off the event loop) -------------------------------
 
 
+#: What an attachment's ``sha256`` is: the digest names its file under the attachments directory.
+DIGEST: Final = re.compile(r"[0-9a-f]{64}")
+
+
 def blob_path(root: Path, sha256: str) -> Path:
+    """The file of the blob ``sha256`` under ``root``. Only a digest names one: any other text
+    (a damaged or crafted row, a path) is refused, so no file outside ``root`` is ever read,
+    written or removed for an attachment."""
+    if not DIGEST.fullmatch(sha256):
+        raise ValueError(f"not a SHA-256 digest, so no blob: {sha256[:80]!r}")
     return root / sha256[:2] / sha256
 
 
