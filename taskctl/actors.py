@@ -20,8 +20,9 @@ class Actor:
 def resolve_actor(actor: str | None = None, kind: str | None = None, *, environ: Mapping[str, str] | None = None) -> Actor:
     """``--actor``/``--actor-kind`` → ``TASKLOOM_ACTOR``/``TASKLOOM_ACTOR_KIND`` → the user as ``human``."""
     env = os.environ if environ is None else environ
-    actor_id = actor or env.get("TASKLOOM_ACTOR") or _user_name()
-    actor_kind = kind or env.get("TASKLOOM_ACTOR_KIND") or "human"
+    # A blank value is no value: the board would read a blank header as no actor at all.
+    actor_id = (actor or "").strip() or (env.get("TASKLOOM_ACTOR") or "").strip() or _user_name()
+    actor_kind = (kind or "").strip() or (env.get("TASKLOOM_ACTOR_KIND") or "").strip() or "human"
     return Actor(actor_kind, actor_id)
 
 

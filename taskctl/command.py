@@ -17,11 +17,12 @@ else runs. A command reads them through :func:`current`:
 from __future__ import annotations
 
 import json as jsonlib
+import re
 import sys
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
 
@@ -267,6 +268,11 @@ else:
     _TaskRefBase = click.ParamType
 
 
+#: The start of a task uuid as the board writes them (lower-case hex, its first group whole): what
+#: a "unique prefix" of one looks like once it reaches past the first dash.
+_UUID_PREFIX: Final = re.compile(r"[0-9a-f]{8}(?:-[0-9a-f]{0,12})+")
+
+
 class TaskRef(_TaskRefBase):
     """A task uuid or identifier; ``demo-7`` is read as ``DEMO-0007``."""
 
@@ -276,6 +282,8 @@ class TaskRef(_TaskRefBase):
         text = str(value).strip()
         if not text:
             self.fail("a task ref must not be empty", param, ctx)
+        if _UUID_PREFIX.fullmatch(text):
+            return text  # ``b3c343d6-3`` is the start of a uuid, not DEMO-0003's shorthand
         prefix, sep, number = text.rpartition("-")
         if sep and prefix and number.isdigit() and prefix.replace("-", "").isalnum() and len(number) < 4:
             return f"{prefix.replace('-', '').upper()}-{int(number):04d}"

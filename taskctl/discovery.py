@@ -70,8 +70,12 @@ def normalise_url(url: str) -> str:
     url = url.strip().rstrip("/")
     if "://" not in url:
         url = f"http://{url}"
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - read for its check: a port past 65535, or not a number, raises here
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise TaskctlError("VALIDATION_FAILED", f"not a board URL: {url}", details={"url": url},
                            hint="a board URL looks like http://127.0.0.1:7431")
     return url

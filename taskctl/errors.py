@@ -49,3 +49,9 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, "[redacted]")
     return _TOKEN_PATTERN.sub("tl_[redacted]", text)
+
+
+def internal_error(exc: BaseException) -> TaskctlError:
+    """A failure that is taskctl's own (a bug), said without a secret; the trace only on request."""
+    return TaskctlError("INTERNAL", redact(f"taskctl failed: {type(exc).__name__}: {exc}"),
+                        hint="run again with TASKLOOM_DEBUG=1 for the traceback")

@@ -34,7 +34,19 @@ def segment(value: str) -> str:
     """``value`` (a ref, an id the user typed) as one path segment: ``#``, ``?``, ``/`` and spaces
     in it mean nothing to the URL, so a ref no task holds is asked about as given and answered
     NOT_FOUND, never a fragment dropped or another route reached."""
-    return urllib.parse.quote(value, safe="")
+    return urllib.parse.quote(_utf8(value), safe="")
+
+
+def _utf8(value: str) -> bytes:
+    """``value`` as the UTF-8 a URL carries. Bytes of an argument that were not UTF-8 reach Python
+    as lone surrogates, which no board text can hold: refused as the user's, not taskctl's bug."""
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TaskctlError(
+            "VALIDATION_FAILED", f"{value.encode('utf-8', 'backslashreplace').decode()[:200]} is not UTF-8 text",
+            hint="check the terminal's or the script's encoding: the board takes UTF-8 only",
+        ) from None
 
 
 @dataclass
@@ -154,7 +166,7 @@ def encode_query(query: Mapping[str, Any] | None) -> str:
     """None is left out, lists become comma lists, booleans true/false."""
     if not query:
         return ""
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple[str, bytes]] = []
     for name, value in query.items():
         if value is None or value == () or value == []:
             continue
@@ -162,7 +174,7 @@ def encode_query(query: Mapping[str, Any] | None) -> str:
             value = "true" if value else "false"
         elif isinstance(value, (list, tuple)):
             value = ",".join(str(item) for item in value)
-        pairs.append((name, str(value)))
+        pairs.append((name, _utf8(str(value))))
     return "?" + urllib.parse.urlencode(pairs) if pairs else ""
 
 
@@ -187,13 +199,15 @@ class BoardHttp:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        sent = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+    def headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str | bytes]:
+        sent: dict[str, str | bytes] = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         if self.board.token:
             sent["Authorization"] = f"Bearer {self.board.token}"
         if self.actor is not None:
-            sent["X-Taskloom-Actor"] = self.actor.id
-            sent["X-Taskloom-Actor-Kind"] = self.actor.kind
+            # As UTF-8 bytes, which the board reads them as: http.client would send a str as
+            # latin-1 (an é the board refuses) or fail on anything past it (a 工).
+            sent["X-Taskloom-Actor"] = self.actor.id.encode("utf-8")
+            sent["X-Taskloom-Actor-Kind"] = self.actor.kind.encode("utf-8")
         sent.update(extra or {})
         return sent
 
@@ -235,7 +249,11 @@ class BoardHttp:
             reused = self._conn is not None
             try:
                 return self._send(method, target, data, sent, progress)
-            except _unreachable() as exc:
+            except BaseException as exc:
+                if not isinstance(exc, _unreachable()):
+                    # Whatever broke off the request left the connection half-written: never reused.
+                    self.close()
+                    raise
                 self.close()
                 if reused and attempt + 1 < attempts:
                     continue
@@ -254,7 +272,7 @@ class BoardHttp:
         method: str,
         target: str,
         data: bytes | None,
-        headers: dict[str, str],
+        headers: dict[str, str | bytes],
         progress: Callable[[int], None] | None,
     ) -> Reply:
         if self._conn is not None and _dropped(self._conn):

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from .command import LAST, global_options
-from .errors import TaskctlError, redact
+from .errors import TaskctlError, internal_error, redact
 from .output import Output
 
 #: name → (``module:attribute``, one-line help shown by ``taskctl --help`` without importing).
@@ -152,7 +152,9 @@ def cli() -> None:
 
 
 def _wants_json(argv: list[str]) -> bool:
-    return bool(LAST and LAST[0].json) or "--json" in argv
+    # Only an option asks for JSON: after ``--`` the text --json is a value (a comment's body).
+    options = argv[:argv.index("--")] if "--" in argv else argv
+    return bool(LAST and LAST[0].json) or "--json" in options
 
 
 def usage_error(error: click.UsageError) -> TaskctlError:
@@ -193,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except Exception as exc:  # noqa: BLE001 - a bug: say so without a secret, the trace only on request
-        internal = TaskctlError("INTERNAL", f"taskctl failed: {type(exc).__name__}: {exc}",
-                                hint="run again with TASKLOOM_DEBUG=1 for the traceback")
+        internal = internal_error(exc)
         if os.environ.get("TASKLOOM_DEBUG"):
             import traceback
 

@@ -34,7 +34,7 @@ from shared import domain, limits
 from .actors import Actor
 from .command import API, current, global_options
 from .discovery import Board, current_token, resolve_board
-from .errors import TaskctlError, redact
+from .errors import TaskctlError, internal_error, redact
 from .http import BoardHttp, segment
 
 SERVER_NAME = "taskloom"
@@ -302,8 +302,10 @@ def _stderr(text: str) -> None:
 
 def server_actor(actor: str | None, kind: str | None, environ: Mapping[str, str]) -> Actor:
     """The harness's actor: both its id and its kind, from the command line or the environment."""
-    actor_id = actor or environ.get("TASKLOOM_ACTOR")
-    actor_kind = kind or environ.get("TASKLOOM_ACTOR_KIND")
+    # Blank is missing: the board reads a blank actor header as none (the board's default person)
+    # and a blank kind as ``human``, either of which would let the model write as a person.
+    actor_id = (actor or environ.get("TASKLOOM_ACTOR") or "").strip()
+    actor_kind = (kind or environ.get("TASKLOOM_ACTOR_KIND") or "").strip()
     if not actor_id or not actor_kind:
         missing = [name for name, value in (("TASKLOOM_ACTOR", actor_id), ("TASKLOOM_ACTOR_KIND", actor_kind)) if not value]
         raise TaskctlError(
@@ -339,7 +341,8 @@ def serve(calls: BoardCalls) -> None:
             if tool is None:
                 raise TaskctlError("NOT_FOUND", f"no tool {params.name!r}; the tools are {', '.join(TOOLS_BY_NAME)}")
             body = await anyio.to_thread.run_sync(calls.run, tool, params.arguments)
-        except TaskctlError as error:
+        except Exception as exc:  # noqa: BLE001 - whatever fails, the model reads a tool result, not a protocol error
+            error = exc if isinstance(exc, TaskctlError) else internal_error(exc)
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=error_text(error))],
                 structured_content={"error": error.body()},
