@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 #: ``YYYY-MM-DDTHH:MM:SS.mmmZ``: fixed width, so text order is time order.
@@ -19,3 +20,18 @@ def format_timestamp(moment: datetime) -> str:
 
 def parse_timestamp(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+_SHAPE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def is_timestamp(text: str) -> bool:
+    """Whether ``text`` is a timestamp as :func:`format_timestamp` writes them: that shape, and a
+    moment that exists (no 31 February)."""
+    if not _SHAPE.fullmatch(text):
+        return False
+    try:
+        parse_timestamp(text)
+    except ValueError:
+        return False
+    return True

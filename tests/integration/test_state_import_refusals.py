@@ -109,7 +109,7 @@ def with_relations(records: list[dict], *wanted: tuple[str, int, int]) -> list[d
     relations = [
         {"kind": "relation", "row": {"id": f"00000000-0000-4000-8000-00000000000{n}", "type": type_,
                                      "source_id": tasks[source]["id"], "target_id": tasks[target]["id"],
-                                     "created_at": "2026-01-01T00:00:00.000000Z"}}
+                                     "created_at": "2026-01-01T00:00:00.000Z"}}
         for n, (type_, source, target) in enumerate(wanted)
     ]
     records[-1]["counts"]["relation"] += len(relations)

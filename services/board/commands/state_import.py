@@ -24,12 +24,13 @@ import orjson
 from shared import domain, events, limits
 from shared.errors import TaskloomError, validation
 from shared.json_bounds import check_free_form
+from shared.timestamps import is_timestamp
 
 from ..conditions import config as conditions_config
 from ..conditions import rules
 from ..queries.state import END_KIND, KIND_BY_NAME, KINDS, STATE_KIND, STATE_VERSION, Kind
 from ..store import Actor, Tx
-from .attachments import ensure_blob
+from .attachments import check_content_type, check_filename, ensure_blob
 
 #: Who writes the import's one activity row.
 IMPORTER: Final = Actor("system", "state-import")
@@ -59,6 +60,30 @@ _CHOICES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
     ("comment", "kind"): domain.COMMENT_KINDS,
     ("relation", "type"): domain.RELATION_TYPES,
 }
+#: The longest text each field may hold: what the commands that write it allow. An export holds
+#: nothing longer; a hand-edited file past one would leave a row no command could have written,
+#: and the frame arithmetic of shared/limits.py (a claim's row carries its holder's name) assumes
+#: none. A report body is counted in UTF-8 bytes, as its command counts it.
+_ACTOR_IDS: Final = {("task", "assignee_id"), ("task", "reporter_id"), ("task", "claimed_by"), ("task", "delivered_by"),
+                     ("comment", "actor_id"), ("report", "actor_id"), ("session", "owner_id"), ("actor", "id")}
+_ACTOR_KINDS: Final = {("task", "assignee_kind"), ("task", "reporter_kind"), ("task", "claimed_by_kind"),
+                       ("comment", "actor_kind"), ("report", "actor_kind"), ("session", "owner_kind"), ("actor", "kind")}
+_TEXT_LIMITS: Final[dict[tuple[str, str], int]] = {
+    **dict.fromkeys(_ACTOR_IDS, limits.ACTOR_ID_MAX_CHARS), **dict.fromkeys(_ACTOR_KINDS, limits.ACTOR_KIND_MAX_CHARS),
+    ("task", "title"): limits.TITLE_MAX_CHARS, ("task", "description"): limits.DESCRIPTION_MAX_CHARS,
+    ("task", "idem"): limits.IDEM_MAX_CHARS, ("task", "awaiting_reason"): limits.REASON_MAX_CHARS,
+    ("task", "blocked_reason"): limits.REASON_MAX_CHARS, ("task", "waiver_reason"): limits.REASON_MAX_CHARS,
+    ("project", "name"): limits.PROJECT_NAME_MAX_CHARS, ("project", "readme"): limits.README_MAX_CHARS,
+    ("project", "workspace_path"): limits.WORKSPACE_PATH_MAX_CHARS, ("label", "name"): limits.LABEL_MAX_CHARS,
+    ("comment", "body"): limits.COMMENT_MAX_CHARS, ("acceptance_item", "text"): limits.ACCEPTANCE_ITEM_MAX_CHARS,
+    ("session", "phase"): limits.PHASE_MAX_CHARS,
+}
+
+
+def _is_timestamp_field(name: str) -> bool:
+    return name.endswith("_at") or name == "status_since"
+
+
 #: Fields naming a task that must be in the same file.
 _TASK_REFERENCES: Final[dict[str, tuple[str, ...]]] = {
     "comment": ("task_id",), "report": ("task_id",), "acceptance_item": ("task_id",), "session": ("task_id",),
@@ -103,6 +128,15 @@ def _check_field(line: int, kind: Kind, name: str, word: str, nullable: bool, va
     if word == "text":
         if type(value) is not str or "\x00" in value:
             raise _refuse(line, f"{kind.name}.{name} must be a text without U+0000", field=name)
+        limit = _TEXT_LIMITS.get((kind.name, name))
+        if limit is not None and len(value) > limit:
+            raise _refuse(line, f"{kind.name}.{name} is longer than {limit} characters", field=name, limit=limit)
+        if kind.name == "report" and name == "body" and len(value.encode()) > limits.REPORT_MAX_BYTES:
+            raise _refuse(line, f"report.body is larger than {limits.REPORT_MAX_BYTES} bytes", field=name)
+        if _is_timestamp_field(name) and not is_timestamp(value):
+            # The conditions and the archive read these back as times: a 500 there, for good.
+            raise _refuse(line, f"{kind.name}.{name} must be a timestamp (YYYY-MM-DDTHH:MM:SS.mmmZ), not {value[:40]!r}",
+                          field=name)
     elif word == "int":
         if type(value) is not int or not limits.INT64_MIN <= value <= limits.INT64_MAX:
             raise _refuse(line, f"{kind.name}.{name} must be an integer", field=name)
@@ -110,8 +144,10 @@ def _check_field(line: int, kind: Kind, name: str, word: str, nullable: bool, va
         if not isinstance(value, dict):
             raise _refuse(line, f"{kind.name}.{name} must be an object", field=name)
         check_free_form(value, field=f"line {line}: {kind.name}.{name}")
-    elif not isinstance(value, list) or not all(type(item) is str for item in value):
-        raise _refuse(line, f"{kind.name}.{name} must be a list of texts", field=name)
+    elif (not isinstance(value, list) or len(value) > limits.MAX_LABELS_PER_TASK
+          or not all(type(item) is str and 0 < len(item) <= limits.LABEL_MAX_CHARS for item in value)):
+        raise _refuse(line, f"{kind.name}.{name} must be a list of at most {limits.MAX_LABELS_PER_TASK} texts of"
+                      f" 1 to {limits.LABEL_MAX_CHARS} characters", field=name)
     choices = _CHOICES.get((kind.name, name))
     if choices is not None and value not in choices:
         raise _refuse(line, f"{kind.name}.{name} must be one of {', '.join(choices)}", field=name, value=value)
@@ -171,6 +207,12 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
         if record["status_since"] is None:
             record["status_since"] = record["updated_at"]  # the status cannot have been entered later
         _require(line, keys, "project", record["project_id"])
+        # An identifier is its project's prefix and its number: one that says another number would
+        # be taken by the task created with it, and every create in that project would fail.
+        prefix = next(p["prefix"] for p in state.rows["project"] if p["id"] == record["project_id"])
+        if record["identifier"] != f"{prefix}-{record['number']:04d}":
+            raise _refuse(line, f"task {record['id']!r}: its identifier {record['identifier']!r} is not"
+                          f" {prefix}-{record['number']:04d}, its project's prefix and its number", field="identifier")
         keys.add(line, "task", record["id"])
         keys.add(line, "task identifier", record["identifier"])
         keys.add(line, "task number", (record["project_id"], record["number"]))
@@ -179,6 +221,11 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
         for name in _TASK_REFERENCES.get(kind.name, ()):
             _require(line, keys, "task", record[name])
     if kind.name == "attachment":
+        try:  # what an upload of it would refuse: a path in the name, an odd content type
+            check_filename(record["filename"])
+            check_content_type(record["content_type"])
+        except TaskloomError as exc:
+            raise _refuse(line, f"attachment {record['id']!r}: {exc.message}", **exc.details) from None
         state.blobs[record["sha256"]] = _attachment_bytes(line, record, line_record["data"])
     return record
 
