@@ -46,12 +46,25 @@ def everything_under(*roots: Path) -> Iterator[Path]:
                 yield Path(folder) / name
 
 
+def modes_under(*roots: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    """Each path under ``roots`` with its lstat, skipping one that went between listing and lstat.
+
+    The services are running while we look: an atomic writer's ``.<name>.tmp`` can be listed
+    and renamed away before we stat it.
+    """
+    for path in everything_under(*roots):
+        try:
+            yield path, path.lstat()
+        except FileNotFoundError:
+            continue
+
+
 def loose(*roots: Path) -> list[str]:
     """Paths with any group or other permission bit, with their modes."""
     return [
-        f"{path} {oct(stat.S_IMODE(path.lstat().st_mode))}"
-        for path in everything_under(*roots)
-        if not path.is_symlink() and stat.S_IMODE(path.lstat().st_mode) & 0o077
+        f"{path} {oct(stat.S_IMODE(status.st_mode))}"
+        for path, status in modes_under(*roots)
+        if not stat.S_ISLNK(status.st_mode) and stat.S_IMODE(status.st_mode) & 0o077
     ]
 
 
@@ -83,10 +96,10 @@ def check_against_docs(**roots: Path) -> list[str]:
     rows = documented_modes()
     problems = []
     for name, root in roots.items():
-        for path in everything_under(root):
+        for path, status in modes_under(root):
             relative = f"<{name}>" + str(path)[len(str(root)):]
             modes = [mode for pattern, _, mode in rows if pattern.fullmatch(relative)]
-            actual = stat.S_IMODE(path.lstat().st_mode)
+            actual = stat.S_IMODE(status.st_mode)
             if not modes:
                 problems.append(f"{relative} ({oct(actual)}) is not in docs/security.md")
             elif modes[0] != actual:
@@ -95,7 +108,14 @@ def check_against_docs(**roots: Path) -> list[str]:
 
 
 def files_holding(text: str, *roots: Path) -> list[Path]:
-    return [path for path in everything_under(*roots) if path.is_file() and text.encode() in path.read_bytes()]
+    found = []
+    for path, status in modes_under(*roots):
+        try:
+            if stat.S_ISREG(status.st_mode) and text.encode() in path.read_bytes():
+                found.append(path)
+        except FileNotFoundError:
+            continue  # an atomic writer renamed it away after we listed it
+    return found
 
 
 def pid_gone(pid: int) -> bool:
