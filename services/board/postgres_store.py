@@ -109,13 +109,14 @@ CONNECT_TIMEOUT_S: Final = 5
 LOCK_TIMEOUT_MS: Final = 5000
 #: How long a read waits for a pool connection before answering 503, seconds.
 READ_TIMEOUT_S: Final = 5.0
-#: How long the writer waits for one answer from the server before it gives up on the session,
-#: seconds: far past the revision lock's timeout and what any statement of the board takes, so
-#: only a server that has stopped answering while its host still acknowledges every packet (a
-#: backend stopped by a signal, a disk hung under it) meets it. TCP keepalives cannot see that.
-WRITER_ANSWER_TIMEOUT_S: Final = 60.0
-#: How often the writer's watch looks at the round trip under way, seconds.
-WRITER_WATCH_INTERVAL_S: Final = 0.5
+#: How long any session of the board (the writer's, a read's, the log reader's) waits for one
+#: answer from the server before it gives up on the session, seconds: far past the revision
+#: lock's timeout and what any statement of the board takes, so only a server that has stopped
+#: answering while its host still acknowledges every packet (a backend stopped by a signal, a
+#: disk hung under it) meets it. TCP keepalives cannot see that.
+ANSWER_TIMEOUT_S: Final = 60.0
+#: How often the watch looks at the round trips under way, seconds.
+WATCH_INTERVAL_S: Final = 0.5
 #: The log reader's safety poll: notifications wake it; this catches anything they could miss.
 SAFETY_POLL_S: Final = 2.0
 #: How often the LISTEN thread looks up from its wait (to notice the store closing), seconds.
@@ -295,6 +296,42 @@ class PgResult:
             self._spares.append(self._cursor)
 
 
+class RoundTrips:
+    """The round trips under way on a store's sessions, for the thread that gives up on a server
+    that stopped answering (``PostgresStore._watch_round_trips``).
+
+    Ending a round trip and cutting it take the same lock, so the watch never shuts down a socket
+    whose round trip has ended meanwhile (and whose descriptor may belong to someone else by then).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: session → (when its round trip began, its socket). psycopg reads a whole result in
+        #: ``execute``, so a round trip ends when the call returns.
+        self._under_way: dict[PgConnection, tuple[float, int]] = {}
+
+    def begin(self, conn: PgConnection) -> None:
+        with self._lock:
+            self._under_way[conn] = (time.monotonic(), conn.raw.pgconn.socket)
+
+    def end(self, conn: PgConnection) -> None:
+        with self._lock:
+            self._under_way.pop(conn, None)
+
+    def cut_older_than(self, bound_s: float) -> list[float]:
+        """Shut down the socket of every round trip that began more than ``bound_s`` ago, so the
+        blocked call fails as for a lost connection; how long each had waited."""
+        now = time.monotonic()
+        waited = []
+        with self._lock:
+            for conn, (since, fd) in list(self._under_way.items()):
+                if now - since >= bound_s:
+                    del self._under_way[conn]
+                    _shut_down(fd)
+                    waited.append(now - since)
+        return waited
+
+
 class PgConnection:
     """What commands and queries see on PostgreSQL (``dialect.Connection``).
 
@@ -305,26 +342,27 @@ class PgConnection:
 
     dialect = POSTGRESQL
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    def __init__(self, raw: psycopg.Connection[Any], watch: RoundTrips | None = None) -> None:
         self.raw = raw
         self._spares: list[psycopg.Cursor[PgRow]] = []
         #: Statements sent that may have changed a row: all but a ``SELECT`` (``_writes``).
         self.writes = 0
-        #: (when, the socket) of the round trip under way, if one is: what the writer's watch
-        #: looks at (``PostgresStore._watch_writer``). psycopg reads a whole result in ``execute``.
-        self.waiting: tuple[float, int] | None = None
+        #: Where this session's round trips are told, so a silent server cannot hold them for ever.
+        self._watch = watch
 
     def execute(self, sql: str, parameters: Params = (), /) -> PgResult:
         if may_write(sql):
             self.writes += 1
         query, params = bind(sql, parameters)
         cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)
-        self.waiting = (time.monotonic(), self.raw.pgconn.socket)
+        if self._watch is not None:
+            self._watch.begin(self)
         try:
             # A tuple is always passed, even empty: psycopg then reads ``%%`` as the ``%`` it stands for.
             cursor.execute(query, params if isinstance(params, Mapping) else tuple(params))
         finally:
-            self.waiting = None
+            if self._watch is not None:
+                self._watch.end(self)
         return PgResult(cursor, self._spares if _small(params) else None)
 
     def script(self, statements: str) -> PgResult:
@@ -332,11 +370,13 @@ class PgConnection:
         result starts at the first statement's; ``nextset`` moves on."""
         cursor: psycopg.Cursor[PgRow] = self._spares.pop() if self._spares else self.raw.cursor(row_factory=pg_rows)
         self.writes += 1
-        self.waiting = (time.monotonic(), self.raw.pgconn.socket)
+        if self._watch is not None:
+            self._watch.begin(self)
         try:
             cursor.execute(statements.encode())  # no parameters: psycopg sends it as it is
         finally:
-            self.waiting = None
+            if self._watch is not None:
+                self._watch.end(self)
         return PgResult(cursor, self._spares)
 
     def replace(self, raw: psycopg.Connection[Any]) -> None:
@@ -354,10 +394,22 @@ class PgConnection:
         return not (self.raw.closed or self.raw.broken)
 
 
-def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
-    """A connection with the board's adapters; StoreUnreachable (host and port) when there is none."""
+def session_name(url: str, purpose: str) -> dict[str, Any]:
+    """``application_name`` for a session of the board (``taskd writer``, ``taskd reader``, ``taskd
+    log``…), so ``pg_stat_activity`` tells an operator which is which; none when the URL names one
+    itself, which is the operator's to choose."""
     try:
-        conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)
+        named = "application_name" in conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        named = False  # connect() says what is wrong with the URL
+    return {} if named else {"application_name": f"taskd {purpose}"}
+
+
+def connect(url: str, *, autocommit: bool = True, purpose: str = "") -> psycopg.Connection[Any]:
+    """A connection with the board's adapters; StoreUnreachable (host and port) when there is none."""
+    named = session_name(url, purpose) if purpose else {}
+    try:
+        conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S, **named)
     except psycopg.ProgrammingError as exc:
         raise StoreUnreachable(f"cannot use PostgreSQL at {describe_target(url)}: the URL cannot be read ({exc})") from exc
     except psycopg.OperationalError as exc:
@@ -532,9 +584,10 @@ class PostgresStore(WriterStore):
         #: Seals what this process sends the others and checks what they send (``notification_seal``):
         #: set at ``open``, or read by the LISTEN thread if it starts first.
         self._seal: NotificationSeal | None = None
-        #: The writer's connection and the thread that watches its round trips (``_watch_writer``).
-        self.answer_timeout_s = WRITER_ANSWER_TIMEOUT_S
-        self._writer_pg: PgConnection | None = None
+        #: Every round trip of this store's sessions but the LISTEN one's (which waits by design),
+        #: and the thread that gives up on those the server leaves unanswered (``_watch_round_trips``).
+        self.answer_timeout_s = ANSWER_TIMEOUT_S
+        self.round_trips = RoundTrips()
         self._watch_thread: threading.Thread | None = None
         self._watch_stop = threading.Event()
 
@@ -551,11 +604,13 @@ class PostgresStore(WriterStore):
             max_size=READER_THREADS + STREAMING_READER_THREADS + 2,
             open=False,
             timeout=READ_TIMEOUT_S,
-            kwargs={"connect_timeout": CONNECT_TIMEOUT_S},
+            kwargs={"connect_timeout": CONNECT_TIMEOUT_S, **session_name(self.url, "reader")},
             configure=self._configure_reader,
             name="taskloom-readers",
         )
         self._pool.open(wait=False)
+        self._watch_thread = threading.Thread(target=self._watch_round_trips, name="taskloom-pg-watch", daemon=True)
+        self._watch_thread.start()
 
     @staticmethod
     def _configure_reader(conn: psycopg.Connection[Any]) -> None:
@@ -579,11 +634,13 @@ class PostgresStore(WriterStore):
         if self._pool is not None:
             self._pool.close()
 
-    def _own_conn(self) -> PgConnection:
-        """This thread's autocommit connection (made again when the last one broke)."""
+    def _own_conn(self, purpose: str = "secrets") -> PgConnection:
+        """This thread's autocommit connection (made again when the last one broke); ``purpose``
+        names the session for ``pg_stat_activity``: the writer thread's, or a thread that writes
+        the board's secrets."""
         conn: PgConnection | None = getattr(self._local, "conn", None)
         if conn is None or not conn.usable():
-            conn = PgConnection(connect(self.url))
+            conn = PgConnection(connect(self.url, purpose=purpose), self.round_trips)
             self._local.conn = conn
             with self._own_lock:
                 self._own.append(conn)
@@ -593,30 +650,21 @@ class PostgresStore(WriterStore):
 
     def _writer_conn(self) -> PgConnection:
         try:
-            conn = self._own_conn()
+            return self._own_conn("writer")
         except StoreUnreachable as exc:
             raise psycopg.OperationalError(str(exc)) from exc
-        if self._writer_pg is not conn:
-            self._writer_pg = conn
-            if self._watch_thread is None:
-                self._watch_thread = threading.Thread(target=self._watch_writer, name="taskloom-writer-watch", daemon=True)
-                self._watch_thread.start()
-        return conn
 
-    def _watch_writer(self) -> None:
-        """Give up on a writer session whose server has not answered one round trip for
+    def _watch_round_trips(self) -> None:
+        """Give up on any session whose server has not answered one round trip for
         ``answer_timeout_s``: shut its socket down, so the blocked call fails as for a lost
-        connection. Its commands answer 503 and the next batch begins on a fresh session (a batch
-        cut at BEGIN begins again at once, ``_begin``); without this they, and every write queued
-        behind them, would wait for as long as the server stays silent."""
-        while not self._watch_stop.wait(WRITER_WATCH_INTERVAL_S):
-            conn = self._writer_pg
-            waiting = conn.waiting if conn is not None else None
-            if conn is None or waiting is None or time.monotonic() - waiting[0] < self.answer_timeout_s:
-                continue
-            if conn.waiting is waiting:  # still that round trip: its socket is still open
-                log.error("writer_server_silent", target=self.target, waited_s=round(time.monotonic() - waiting[0], 1))
-                _shut_down(waiting[1])
+        connection. Without this the call, and everything queued behind it, would wait for as long
+        as the server stays silent. What follows is each caller's handling of a lost session: the
+        writer's commands answer 503 and its next batch begins on a fresh session (a batch cut at
+        BEGIN begins again at once, ``_begin``); a read runs again on a fresh pool connection; the
+        log reader reconnects."""
+        while not self._watch_stop.wait(WATCH_INTERVAL_S):
+            for waited in self.round_trips.cut_older_than(self.answer_timeout_s):
+                log.error("server_silent", target=self.target, waited_s=round(waited, 1))
 
     def _begin(self, conn: PgConnection, *then: str) -> int:
         # The revision lock first, before any other row lock (commit order = revision order, no
@@ -640,7 +688,7 @@ class PostgresStore(WriterStore):
             # more on a fresh session rather than answer 503 to a server that is up.
             log.info("writer_session_replaced", error=str(exc).strip())
             try:
-                conn.replace(connect(self.url))
+                conn.replace(connect(self.url, purpose="writer"))
             except StoreUnreachable as unreachable:
                 raise psycopg.OperationalError(str(unreachable)) from unreachable
             cursor = conn.script(script)
@@ -775,7 +823,7 @@ class PostgresStore(WriterStore):
             try:
                 with self._pool.connection() as raw:
                     try:
-                        return fn(PgConnection(raw), *args, **kwargs)
+                        return fn(PgConnection(raw, self.round_trips), *args, **kwargs)
                     except psycopg.OperationalError as exc:
                         if attempt + 1 < attempts and _connection_lost(raw, exc):
                             # A read is safe to run again; the closed connection leaves the pool.
@@ -791,7 +839,7 @@ class PostgresStore(WriterStore):
         raise AssertionError("every attempt returns or raises")
 
     def follow_log(self) -> PgLogFollower:
-        return PgLogFollower(self.url)
+        return PgLogFollower(self.url, self.round_trips)
 
     # -- secrets shared by every process (token, login codes, session revocations) ---------------
 
@@ -902,7 +950,7 @@ class PostgresStore(WriterStore):
         listened = False
         while not self._listen_stop.is_set():
             try:
-                conn = connect(self.url)
+                conn = connect(self.url, purpose="listen")
             except StoreUnreachable:
                 self._listen_stop.wait(LISTEN_RETRY_S)
                 continue
@@ -1049,8 +1097,9 @@ class PostgresStore(WriterStore):
 class PgLogFollower:
     """The log reader's own connection. ``changed`` is the slow safety poll: NOTIFY does the waking."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, watch: RoundTrips | None = None) -> None:
         self.url = url
+        self.watch = watch
         self.conn: PgConnection | None = None
         self._last = 0.0
 
@@ -1064,9 +1113,9 @@ class PgLogFollower:
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[PgConnection]:
         if self.conn is None or not self.conn.usable():
-            raw = connect(self.url, autocommit=False)
+            raw = connect(self.url, autocommit=False, purpose="log")
             PostgresStore._configure_reader(raw)
-            self.conn = PgConnection(raw)
+            self.conn = PgConnection(raw, self.watch)
         raw = self.conn.raw
         try:
             yield self.conn

@@ -129,3 +129,13 @@ def test_a_statement_that_carried_an_attachments_bytes_does_not_keep_its_cursor(
     assert CountedCursor.made == 2, "the cursor that carried the bytes was lent again"
     conn.execute("SELECT length(?)", (b"x" * 100,)).fetchone()
     assert CountedCursor.made == 2  # a small one goes back as before
+
+
+def test_a_session_is_named_for_what_it_does_unless_the_url_names_it(postgres_url: str) -> None:
+    """``pg_stat_activity`` tells an operator which session is the writer's; the URL's own
+    ``application_name`` is the operator's choice and wins."""
+    with postgres_store.connect(postgres_url, purpose="writer") as raw:
+        assert raw.execute("SHOW application_name").fetchone() == ("taskd writer",)
+    separator = "&" if "?" in postgres_url else "?"
+    with postgres_store.connect(f"{postgres_url}{separator}application_name=ops-board", purpose="writer") as raw:
+        assert raw.execute("SHOW application_name").fetchone() == ("ops-board",)
