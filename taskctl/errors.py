@@ -51,6 +51,18 @@ def redact(text: str) -> str:
     return _TOKEN_PATTERN.sub("tl_[redacted]", text)
 
 
+def redact_json(value: Any) -> Any:
+    """``redact`` through a JSON value, every string of it (keys too): a structured answer hides
+    what the same answer printed as text hides."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(key) if isinstance(key, str) else key: redact_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_json(item) for item in value]
+    return value
+
+
 def internal_error(exc: BaseException) -> TaskctlError:
     """A failure that is taskctl's own (a bug), said without a secret; the trace only on request."""
     return TaskctlError("INTERNAL", redact(f"taskctl failed: {type(exc).__name__}: {exc}"),

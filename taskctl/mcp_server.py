@@ -34,7 +34,7 @@ from shared import domain, limits
 from .actors import Actor
 from .command import API, current, global_options
 from .discovery import Board, current_token, resolve_board
-from .errors import TaskctlError, internal_error, redact
+from .errors import TaskctlError, internal_error, redact, redact_json
 from .http import BoardHttp, segment
 
 SERVER_NAME = "taskloom"
@@ -345,10 +345,11 @@ def serve(calls: BoardCalls) -> None:
             error = exc if isinstance(exc, TaskctlError) else internal_error(exc)
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=error_text(error))],
-                structured_content={"error": error.body()},
+                structured_content={"error": redact_json(error.body())},
                 is_error=True,
             )
-        structured = body if isinstance(body, dict) else {"result": body}
+        # The model reads both forms: neither shows a secret (a token pasted into a card).
+        structured = redact_json(body if isinstance(body, dict) else {"result": body})
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=redact(tool.text(body)))], structured_content=structured
         )
