@@ -328,12 +328,21 @@ def serve(calls: BoardCalls) -> None:
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
 
+    from .mcp_wire import AnswerUnreadable
+
     listed = [
         types.Tool(name=tool.name, description=tool.description, input_schema=tool.input_schema()) for tool in TOOLS
     ]
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=listed)
+
+    def refusal(error: TaskctlError) -> types.CallToolResult:
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=error_text(error))],
+            structured_content={"error": redact_json(error.body())},
+            is_error=True,
+        )
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         tool = TOOLS_BY_NAME.get(params.name)
@@ -342,12 +351,7 @@ def serve(calls: BoardCalls) -> None:
                 raise TaskctlError("NOT_FOUND", f"no tool {params.name!r}; the tools are {', '.join(TOOLS_BY_NAME)}")
             body = await anyio.to_thread.run_sync(calls.run, tool, params.arguments)
         except Exception as exc:  # noqa: BLE001 - whatever fails, the model reads a tool result, not a protocol error
-            error = exc if isinstance(exc, TaskctlError) else internal_error(exc)
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=error_text(error))],
-                structured_content={"error": redact_json(error.body())},
-                is_error=True,
-            )
+            return refusal(exc if isinstance(exc, TaskctlError) else internal_error(exc))
         # The model reads both forms: neither shows a secret (a token pasted into a card).
         structured = redact_json(body if isinstance(body, dict) else {"result": body})
         return types.CallToolResult(
@@ -366,9 +370,14 @@ def serve(calls: BoardCalls) -> None:
         on_call_tool=call_tool,
     )
 
+    def refusal_result(error: TaskctlError) -> dict[str, Any]:
+        return refusal(error).model_dump(by_alias=True, exclude_none=True, mode="json")
+
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            # A line the SDK cannot read is answered, not dropped with its caller left waiting.
+            answered = AnswerUnreadable(read_stream, write_stream, refusal_result)
+            await server.run(answered, write_stream, server.create_initialization_options())
 
     try:
         anyio.run(main)
