@@ -34,6 +34,8 @@ from .errors import TaskctlError
 
 #: A request's id as JSON-RPC allows it (a bool is not one, though Python calls it an int).
 RequestId = int | str
+#: Where a tool call's arguments sit in its message, as ``lone_surrogates`` names places.
+ARGUMENT = "params.arguments."
 
 
 def lone_surrogates(value: Any, where: str = "") -> Iterator[str]:
@@ -58,9 +60,14 @@ def _printable(text: str) -> str:
 
 def _unread(error: pydantic.ValidationError) -> tuple[bool, Any]:
     """(whether the line was JSON the SDK could read, what we read of it: the message or None)."""
-    first = error.errors()[0]
+    errors = error.errors()
+    first = errors[0]
     if first["type"] != "json_invalid":
-        return True, first.get("input")  # JSON of the wrong shape: pydantic kept what it parsed
+        # JSON of the wrong shape. Each error holds the value it is about, often a part of the
+        # message (``params``); a field missing for one kind of message holds the whole of it.
+        objects = [each for each in errors if isinstance(each.get("input"), dict)]
+        outermost = min(objects or errors, key=lambda each: len(each["loc"]))
+        return True, outermost.get("input")
     line = first.get("input")
     if not isinstance(line, str):
         return False, None
@@ -75,28 +82,27 @@ def answer(error: Exception, tool_refusal: Callable[[TaskctlError], dict[str, An
     if not isinstance(error, pydantic.ValidationError):
         return None
     shaped, message = _unread(error)
-    if message is None:
-        if shaped:
-            return None
+    if not shaped and message is None:
         return _error(None, types.PARSE_ERROR, "Parse error: the line is not JSON")
-    if not isinstance(message, dict) or "id" not in message:
-        return None  # a notification, or nothing a client waits on
+    if not isinstance(message, dict):
+        return _error(None, types.INVALID_REQUEST, "Invalid request: a message is a JSON object")
+    if "id" not in message:
+        return None  # a notification: never answered
     request_id = message["id"]
     if isinstance(request_id, bool) or not isinstance(request_id, RequestId) or any(lone_surrogates(request_id)):
         # An id we cannot send back (a surrogate would not encode) is no id: JSON-RPC answers null.
         return _error(None, types.INVALID_REQUEST, "Invalid request: the id is not a number or a string of characters")
     halves = list(lone_surrogates(message))
     if halves:
-        said = (f"{halves[0]} holds a lone surrogate (half of a UTF-16 pair such as \\ud800, which is not a"
-                " character): no board text can hold one")
+        held = ("holds a lone surrogate (half of a UTF-16 pair such as \\ud800, which is not a character):"
+                " no board text can hold one")
         params = message.get("params")
-        if message.get("method") == "tools/call" and isinstance(params, dict):
-            where = halves[0].removeprefix("params.arguments.")
-            refused = TaskctlError("VALIDATION_FAILED", f"the argument {_printable(where)} of"
-                                   f" {_printable(str(params.get('name')))} {said.split(' ', 1)[1]}",
+        if message.get("method") == "tools/call" and isinstance(params, dict) and halves[0].startswith(ARGUMENT):
+            where = f"the argument {_printable(halves[0].removeprefix(ARGUMENT))} of {_printable(str(params.get('name')))}"
+            refused = TaskctlError("VALIDATION_FAILED", f"{where} {held}",
                                    hint="send the text as whole characters (a surrogate pair joined, or the character itself)")
             return SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=tool_refusal(refused)))
-        return _error(request_id, types.INVALID_PARAMS, f"Invalid params: {_printable(said)}")
+        return _error(request_id, types.INVALID_PARAMS, f"Invalid params: {_printable(halves[0])} {held}")
     if shaped:
         return _error(request_id, types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message MCP reads")
     return _error(request_id, types.PARSE_ERROR, "Parse error: the line is not JSON as MCP reads it")

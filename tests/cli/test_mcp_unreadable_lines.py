@@ -108,6 +108,15 @@ def test_every_other_unreadable_request_gets_the_json_rpc_error_it_is_owed(raw_m
         "jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error: the line is not JSON"}}
     shapeless = raw_mcp.ask('{"id": 5, "method": "tools/list"}')  # no "jsonrpc"
     assert shapeless["id"] == 5 and shapeless["error"]["code"] == -32600, shapeless
+    # The id is found even where what is wrong is deeper in the message than the id.
+    bad_params = raw_mcp.ask('{"jsonrpc":"2.0","id":8,"method":"tools/call","params":"show"}')
+    assert bad_params["id"] == 8 and bad_params["error"]["code"] == -32600, bad_params
+    for not_an_object in ("[1, 2]", "null", "42"):
+        answered = raw_mcp.ask(not_an_object)
+        assert answered["id"] is None and answered["error"]["code"] == -32600, (not_an_object, answered)
+    # Not in an argument: a JSON-RPC error, not a tool result.
+    odd_name = raw_mcp.ask(tool_call(9, "show\\ud800", "{}"))
+    assert odd_name["id"] == 9 and odd_name["error"]["code"] == -32602, odd_name
     listed = raw_mcp.ask('{"jsonrpc":"2.0","id":6,"method":"tools/list","params":{"cursor":"\\udc00"}}')
     assert listed["id"] == 6 and listed["error"]["code"] == -32602, listed
     unsendable_id = raw_mcp.ask('{"jsonrpc":"2.0","id":"\\ud800","method":"tools/list"}')
