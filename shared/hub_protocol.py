@@ -51,6 +51,10 @@ CLIENT_REQUESTS: Final = frozenset({"follow", "ping", "watch", "watch-status", "
 REGISTRATIONS_VERSION: Final = 2
 #: A registration without ``ttl_ms`` ends after this long; ``ttl_ms: 0`` never ends by time, ms.
 DEFAULT_WATCH_TTL_MS: Final = 120 * 60 * 1000
+#: The longest ``ttl_ms`` a ``watch`` may ask for: 36,500 days. A registration's end is reported
+#: as a timestamp (``expires_at``), and a timestamp ends at the year 9999; ``ttl_ms: 0`` is the way
+#: to say "never".
+MAX_WATCH_TTL_MS: Final = 36_500 * 86_400 * 1000
 #: Refresh cadence, seconds: a batch waits for this much quiet after the last event naming a card…
 REFRESH_DEBOUNCE: Final = 0.3
 #: …but never longer than this after the first one…

@@ -146,6 +146,10 @@ def validate_watch(message: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(detach, bool):
         raise RequestInvalid("detach must be true or false", field="detach", value=detach)
     ttl_ms = _optional_count(message, "ttl_ms")
+    if ttl_ms is not None and ttl_ms > hp.MAX_WATCH_TTL_MS:
+        # Its end would lie past any timestamp: it could be neither reported nor persisted.
+        raise RequestInvalid(f"ttl_ms must be at most {hp.MAX_WATCH_TTL_MS} (36500 days); 0 never ends",
+                             field="ttl_ms", value=ttl_ms)
     fields: dict[str, Any] = {
         "cards": None, "refs": None, "dir": None,
         "ttl_ms": hp.DEFAULT_WATCH_TTL_MS if ttl_ms is None else ttl_ms, "detach": detach,

@@ -1106,6 +1106,9 @@ class Registry:
                 id=str(entry["registration_id"]), detached=True, ttl_ms=int(entry["ttl_ms"]),
                 created_at=parse_timestamp(entry["created_at"]).timestamp(), cards={}, schedule=self._schedule(),
             )
+            # Its end is written as a timestamp in every snapshot and status: one past the year
+            # 9999 would fail each of those, rehydration's own first.
+            _iso(reg.expires_at)
         except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError) as exc:
             # ArithmeticError: a ``ttl_ms`` of 1e400, which JSON reads as infinity.
             self._note("registration_unusable", "warning", entry=str(entry)[:200], error=repr(exc))

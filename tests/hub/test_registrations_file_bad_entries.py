@@ -58,8 +58,8 @@ async def _one_bad_entry(board: RunningBoard, client: BoardClient, tmp_path: Pat
     path.parent.mkdir(parents=True, exist_ok=True)
     good_out = tmp_path / "good.md"
     record = {"version": 2, "board": board.url,
-              "registrations": [entry(good_task, str(good_out), "w_good"), {**bad, **entry(bad_task, bad["path"], "w_bad",
-                                                                                          bad.get("ttl_ms", 0))}]}
+              "registrations": [entry(good_task, str(good_out), "w_good"),
+                                {**entry(bad_task, bad["path"], "w_bad", bad.get("ttl_ms", 0)), **bad}]}
     text = json.dumps(record)
     if raw_text is not None:
         text = text.replace('"ttl_ms": "__RAW__"', f'"ttl_ms": {raw_text}')
@@ -111,3 +111,13 @@ async def test_a_file_nested_deeper_than_the_parser_goes_is_ignored(board: Runni
         assert await status_within(hub, 10.0) == {"type": "watch-status", "registrations": []}
     finally:
         await hub.stop()
+
+
+@pytest.mark.parametrize("ends", [{"ttl_ms": 10**17}, {"created_at": "9999-12-31T23:00:00.000Z", "ttl_ms": 86_400_000}],
+                         ids=["huge-ttl", "created-at-the-end-of-time"])
+async def test_an_entry_that_ends_past_any_timestamp_is_dropped(
+    board: RunningBoard, client: BoardClient, tmp_path: Path, ends: dict[str, Any]
+) -> None:
+    # Its end cannot be written as a timestamp (year 9999 at most): the snapshot that rehydration
+    # writes raised ValueError, and rehydration never ended.
+    await _one_bad_entry(board, client, tmp_path, {"path": str(tmp_path / "bad.md"), **ends})
