@@ -63,6 +63,10 @@ class Stream(Protocol):
 
     def send(self, message: dict[str, Any]) -> None: ...
 
+    def push_refresh(self, message: dict[str, Any]) -> None:
+        """A ``refresh`` record: news about a brief already on disk, which a session that is not
+        reading may miss (its outbox stays bounded); every other record goes through ``send``."""
+
     def close_after_flush(self) -> None: ...
 
 
@@ -249,7 +253,8 @@ class Registrations:
         if isinstance(action, rg.Send):
             stream = self._streams.get(action.ticket)
             if stream is not None:
-                self._deliver(functools.partial(stream.send, action.message))
+                send = stream.push_refresh if action.message.get("type") == "refresh" else stream.send
+                self._deliver(functools.partial(send, action.message))
         elif isinstance(action, rg.Close):
             stream = self._streams.pop(action.ticket, None)
             if stream is not None:

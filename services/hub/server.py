@@ -521,6 +521,8 @@ class Connection:
         self.last_write_at = self._loop.time()
         #: The foreground card-brief watch this session carries, if any.
         self.watcher: Watcher | None = None
+        #: ``refresh`` records are being dropped because the outbox is full (``push_refresh``).
+        self._shedding_refreshes = False
         self._dispatch: dict[str, Callable[[dict[str, Any]], None]] = {
             "hello": lambda fields: self.send(hub.welcome(self, fields["proof"])),
             "ping": lambda fields: self.send(hub.pong()),
@@ -760,6 +762,23 @@ class Connection:
             self.last_write_at = self._loop.time()
             return
         self._queue(line)
+
+    def push_refresh(self, message: dict[str, Any]) -> None:
+        """A ``refresh`` of this session's watch stream.
+
+        The brief it reports is on disk already, so, like a signal, it is news a session whose
+        outbox is full misses: a watcher that reads nothing (a ``taskctl export watch`` suspended
+        with Ctrl-Z) costs at most one outbox, not one record per card per batch for the
+        registration's life. The records that end the stream (``done``, ``ttl``, ``shutdown``)
+        always go through ``send``.
+        """
+        if len(self.outbox) >= self._max_pending:
+            if not self._shedding_refreshes:
+                self._shedding_refreshes = True  # one log line per stretch, not one per record
+                log.info("watcher_refreshes_dropped", pending=len(self.outbox))
+            return
+        self._shedding_refreshes = False
+        self.send(message)
 
     def push_reset(self, reason: str, revision: int) -> None:
         """The cursor is void: tell the follower, continue live from ``revision``.
