@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
+import shutil
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -46,7 +48,7 @@ from shared.errors import TaskloomError, validation
 
 from .commands.attachments import DIGEST, blob_holds, blob_path, write_blob
 from .compaction import ARCHIVE_DIR
-from .files import ensure_private_dir, fsync_file, move_atomic
+from .files import ensure_private_dir, fsync_directory, fsync_file, move_atomic
 from .queries.activities import RESTORE_GAPS_KEY
 from .sqlite_store import SQLITE_MAGIC, migrate, schema_version, verify_triggers
 from .store import utc_now
@@ -270,6 +272,9 @@ def restore(source: Path, data_dir: Path) -> RestoreResult:
     replaced_head = _head_of(database)
     incoming = data_dir / f".board.sqlite.restore-{secrets.token_hex(4)}.tmp"
     created: list[Path] = []
+    replaced: Path | None = None
+    archive_kept: Path | None = None
+    installing = False
     try:
         reader = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
         try:
@@ -310,12 +315,22 @@ def restore(source: Path, data_dir: Path) -> RestoreResult:
             # be on disk before the board is.
             created = _write_blobs(source, data_dir / "attachments")
         stamp = utc_now().replace(":", "").replace(".", "")
+        # ``board.sqlite`` names the old database until the restored one is renamed over it in
+        # one step: a restore killed at any moment leaves the old board or the new one, never a
+        # data directory without a database (where the next start would make an empty board).
         replaced = _set_aside(database, stamp)
-        _set_aside_archive(data_dir, stamp)
+        archive_kept = _set_aside_archive(data_dir, stamp)
+        installing = True
         move_atomic(incoming, database)
     except BaseException:
+        if installing and not incoming.exists():
+            raise  # installed (only the directory's fsync failed): its blobs and kept files stay
         for leftover in (incoming, Path(f"{incoming}-wal"), Path(f"{incoming}-shm"), *created):
             leftover.unlink(missing_ok=True)
+        if replaced is not None:
+            replaced.unlink(missing_ok=True)  # the old database was not replaced: its second name goes
+        if archive_kept is not None:
+            move_atomic(archive_kept, data_dir / ARCHIVE_DIR)  # and its archive comes back
         raise
     return RestoreResult(board_id, previous, revision, replaced, blobs, replaced_head)
 
@@ -370,19 +385,25 @@ def _drop_blobs(incoming: Path) -> None:
         conn.close()
 
 
-def _set_aside_archive(data_dir: Path, stamp: str) -> None:
+def _set_aside_archive(data_dir: Path, stamp: str) -> Path | None:
     """Retention's archive files go with the history they were cut from, beside the database
     kept (``archive.replaced-<time>``): named only by revision range, they would be taken for a
     killed compaction's leftovers by the restored board's first compaction, which removes those."""
     archive = data_dir / ARCHIVE_DIR
     if not archive.is_dir():
-        return
-    move_atomic(archive, data_dir / f"{ARCHIVE_DIR}.replaced-{stamp}")
+        return None
+    kept = data_dir / f"{ARCHIVE_DIR}.replaced-{stamp}"
+    move_atomic(archive, kept)
+    return kept
 
 
 def _set_aside(database: Path, stamp: str) -> Path | None:
     """Keep the database being replaced as ``board.sqlite.replaced-<time>``, its WAL folded in
-    first: a stale ``-wal`` left beside the restored file would be replayed into it."""
+    first: a stale ``-wal`` left beside the restored file would be replayed into it.
+
+    The kept name is a second name for the same file (a hard link; a copy where the file system
+    has none): ``board.sqlite`` stays the old database until the restore renames the new one
+    over it, so no moment leaves the data directory without one."""
     if not database.exists():
         for suffix in ("-wal", "-shm"):
             Path(f"{database}{suffix}").unlink(missing_ok=True)
@@ -408,5 +429,16 @@ def _set_aside(database: Path, stamp: str) -> Path | None:
     else:
         for suffix in ("-wal", "-shm"):
             Path(f"{database}{suffix}").unlink(missing_ok=True)
-    move_atomic(database, kept)
+    _second_name(database, kept)
     return kept
+
+
+def _second_name(database: Path, kept: Path) -> None:
+    """``kept`` names ``database``'s bytes too, durably, while ``database`` still names them."""
+    try:
+        os.link(database, kept)
+    except OSError:
+        # A file system without hard links: a whole copy, flushed before it counts as kept.
+        shutil.copyfile(database, kept)
+        fsync_file(kept)
+    fsync_directory(database.parent)
