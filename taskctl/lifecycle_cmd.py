@@ -10,6 +10,7 @@ own working directory.
 
 from __future__ import annotations
 
+import http.client
 import json as jsonlib
 import os
 import sys
@@ -74,7 +75,9 @@ def _download(inv: Any, sink: IO[bytes]) -> dict[str, int]:
         while chunk := response.read1(READ_CHUNK):
             sink.write(chunk)
             tail = (tail + chunk)[-4096:]
-    except OSError as exc:
+    except (OSError, http.client.HTTPException) as exc:
+        # The stream is chunked: a board that dies mid-chunk is an IncompleteRead (an HTTP
+        # protocol error, not an OSError), and is the same broken-off export.
         raise TaskctlError("BOARD_UNREACHABLE", f"the export from {board.url} broke off: {exc}",
                            hint="run it again; nothing was written to the file") from None
     finally:
