@@ -31,6 +31,8 @@ and the database is installed. A backup taken before backups carried blobs has n
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -40,6 +42,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import structlog
 
@@ -158,10 +161,54 @@ def backup(database: Path, target: Path, attachments_dir: Path) -> BackupResult:
             source.close()
         fsync_file(temp)
         move_atomic(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
+    except BaseException as exc:
+        for leftover in (temp, Path(f"{temp}-journal")):
+            # A temp file a read-only directory never let us create cannot be unlinked either:
+            # that failure must not hide the first one.
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+        unwritable = _target_unwritable(target, exc)
+        if unwritable is not None:
+            raise unwritable from exc
         raise
     return BackupResult(target, board_id, revision, target.stat().st_size, time.monotonic() - started, blobs)
+
+
+#: What SQLite says when the target's disk is full, and when its directory cannot be written.
+_SQLITE_FULL: Final = sqlite3.SQLITE_FULL
+_SQLITE_UNWRITABLE: Final = frozenset({sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM})
+_FULL_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
+_UNWRITABLE_ERRNOS: Final = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def _target_unwritable(target: Path, exc: BaseException) -> TaskloomError | None:
+    """The copy could not be written where it was asked for: a full disk (503, free space and
+    retry) or a directory the board cannot write (400), named with its directory; None for any
+    other failure. The board's own file is only read by a backup, so these are the target's."""
+    if isinstance(exc, sqlite3.Error):
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        full, unwritable, reason = code == _SQLITE_FULL, code in _SQLITE_UNWRITABLE, str(exc)
+    elif isinstance(exc, OSError):
+        full, unwritable, reason = exc.errno in _FULL_ERRNOS, exc.errno in _UNWRITABLE_ERRNOS, exc.strerror or str(exc)
+    else:
+        return None
+    directory = target.parent
+    if full:
+        return TaskloomError("STORE_UNAVAILABLE", f"the disk of {directory} is full ({reason}); nothing was written",
+                             details={"path": str(target), "retry_after": 1},
+                             hint="free space there, or back up into another directory")
+    if unwritable:
+        read_only = isinstance(exc, OSError) and exc.errno == errno.EROFS or _read_only(directory)
+        why = "is on a read-only file system" if read_only else f"cannot be written by the board ({reason})"
+        return validation(f"the directory {directory} {why}; nothing was written", field="path", value=str(target))
+    return None
+
+
+def _read_only(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 class RestoreRefused(RuntimeError):
