@@ -327,9 +327,16 @@ def restore_command(backup_file: Path, data_dir: Path | None, database: str | No
         raise click.ClickException(f"{exc}; stop the board before restoring (nothing was changed)") from exc
     except NotOwned as exc:
         raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        # A data directory on a read-only (or full, or failing) disk: one line, as `serve` says it.
+        raise click.ClickException(f"cannot restore into {directory}: {_describe(exc)}; nothing was changed") from None
     try:
         result = restore(backup_file, directory)
-    except (RestoreRefused, SchemaTooNew, SchemaDamaged, sqlite3.Error, TaskloomError, OSError) as exc:
+    except (sqlite3.OperationalError, OSError) as exc:
+        # The disk's words ("database or disk is full", "attempt to write a readonly database")
+        # name no disk: say whose it is.
+        raise click.ClickException(f"cannot restore into {directory}: {_describe(exc)}; nothing was changed") from exc
+    except (RestoreRefused, SchemaTooNew, SchemaDamaged, sqlite3.Error, TaskloomError) as exc:
         raise click.ClickException(f"{exc}; nothing was changed") from exc
     finally:
         lock.release()
