@@ -19,6 +19,7 @@ Readers below the floor are told so: SSE and ``/activities`` answer ``410 CURSOR
 from __future__ import annotations
 
 import asyncio
+import errno
 import gzip
 import weakref
 from collections.abc import AsyncIterator
@@ -125,17 +126,27 @@ def archive_path(data_dir: Path, start: int, end: int) -> Path:
 def write_archive(conn: Any, data_dir: Path, chosen: Plan) -> Path:
     """Step 1: every row to be removed, as its frame, one a line, gzip; durable before it is named."""
     target = archive_path(data_dir, chosen.previous_floor + 1, chosen.through)
-    target.parent.mkdir(mode=0o700, exist_ok=True)
-    _remove_uncommitted(target.parent, chosen.previous_floor + 1)
-    with atomic_writer(target) as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed:
-        cursor = conn.execute(
-            f"SELECT {activities.ACTIVITY_COLUMNS} FROM task_activities WHERE revision > ? AND revision <= ?"
-            " ORDER BY revision",
-            (chosen.previous_floor, chosen.through),
-        )
-        while rows := cursor.fetchmany(1000):
-            for row in rows:
-                packed.write(orjson.dumps(activities.to_frame(row), option=orjson.OPT_APPEND_NEWLINE))
+    try:
+        target.parent.mkdir(mode=0o700, exist_ok=True)
+        _remove_uncommitted(target.parent, chosen.previous_floor + 1)
+        with atomic_writer(target) as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed:
+            cursor = conn.execute(
+                f"SELECT {activities.ACTIVITY_COLUMNS} FROM task_activities WHERE revision > ? AND revision <= ?"
+                " ORDER BY revision",
+                (chosen.previous_floor, chosen.through),
+            )
+            while rows := cursor.fetchmany(1000):
+                for row in rows:
+                    packed.write(orjson.dumps(activities.to_frame(row), option=orjson.OPT_APPEND_NEWLINE))
+    except OSError as exc:
+        # A full (or read-only, or failing) disk: what any write there answers, not a 500. Nothing
+        # was removed: the rows go only once their archive is whole (the writer left no temp file).
+        raise TaskloomError(
+            "STORE_UNAVAILABLE",
+            f"the archive could not be written in {target.parent}: {exc.strerror or exc}; nothing was removed",
+            details={"errno": errno.errorcode.get(exc.errno or 0, "EIO"), "retry_after": 1},
+            hint="free space on the board's disk (its data directory) and compact again",
+        ) from exc
     return target
 
 
