@@ -15,6 +15,7 @@ import json as jsonlib
 import os
 import sys
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Literal
 
@@ -45,14 +46,22 @@ def state(out: str) -> None:
     """
     inv = current()
     if out == "-":
-        counts = _download(inv, sys.stdout.buffer)
+        try:
+            counts = _download(inv, sys.stdout.buffer)
+        except BrokenPipeError:
+            raise  # the reader left (`| head`): taskctl's quiet exit
+        except OSError as exc:
+            raise _cannot_write("stdout", exc) from None
         inv.out.note(f"exported {sum(counts.values())} rows")
         return
     target = Path(out).absolute()
     from services.hub.files import atomic_writer  # the owner-only atomic writer taskctl's exports use
 
-    with atomic_writer(target) as handle:
-        counts = _download(inv, handle)
+    try:
+        with atomic_writer(target) as handle:
+            counts = _download(inv, handle)
+    except OSError as exc:  # the file's disk (full, read-only), not the board: the writer left no temp file
+        raise _cannot_write(str(target), exc) from None
     inv.out.result({"path": str(target), "counts": counts},
                    lambda r: inv.out.echo(f"exported {_summary(r['counts'])} to {r['path']}"))
 
@@ -67,19 +76,12 @@ def _download(inv: Any, sink: IO[bytes]) -> dict[str, int]:
         raise TaskctlError("BOARD_UNREACHABLE", f"cannot reach the board at {board.url}: {exc}",
                            hint="is it running? nothing was written to the file") from None
     try:
-        conn.request("GET", urllib.parse.urlsplit(board.url).path + API + "/state", headers=headers)
-        response = conn.getresponse()
-        if response.status != 200:
-            raise BoardHttp(board).refusal(Reply(response.status, _decode(response, response.read())))
         tail = b""
-        while chunk := response.read1(READ_CHUNK):
+        # Only the reads are the board's: a write that fails (a full disk) is the sink's, and
+        # goes up as the OSError it is, for the caller to name its file.
+        for chunk in _chunks(board, conn, headers):
             sink.write(chunk)
             tail = (tail + chunk)[-4096:]
-    except (OSError, http.client.HTTPException) as exc:
-        # The stream is chunked: a board that dies mid-chunk is an IncompleteRead (an HTTP
-        # protocol error, not an OSError), and is the same broken-off export.
-        raise TaskctlError("BOARD_UNREACHABLE", f"the export from {board.url} broke off: {exc}",
-                           hint="run it again; nothing was written to the file") from None
     finally:
         conn.close()
     last = tail.rstrip(b"\n").rpartition(b"\n")[2]
@@ -92,6 +94,28 @@ def _download(inv: Any, sink: IO[bytes]) -> dict[str, int]:
                            hint="run it again; the file was not written")
     counts: dict[str, int] = end["counts"]
     return counts
+
+
+def _chunks(board: Any, conn: http.client.HTTPConnection, headers: dict[str, str | bytes]) -> Iterator[bytes]:
+    """The export's bytes as they come; a failure to get them is BOARD_UNREACHABLE."""
+    try:
+        conn.request("GET", urllib.parse.urlsplit(board.url).path + API + "/state", headers=headers)
+        response = conn.getresponse()
+        if response.status != 200:
+            raise BoardHttp(board).refusal(Reply(response.status, _decode(response, response.read())))
+        while chunk := response.read1(READ_CHUNK):
+            yield chunk
+    except (OSError, http.client.HTTPException) as exc:
+        # The stream is chunked: a board that dies mid-chunk is an IncompleteRead (an HTTP
+        # protocol error, not an OSError), and is the same broken-off export.
+        raise TaskctlError("BOARD_UNREACHABLE", f"the export from {board.url} broke off: {exc}",
+                           hint="run it again; nothing was written to the file") from None
+
+
+def _cannot_write(where: str, exc: OSError) -> TaskctlError:
+    return TaskctlError("VALIDATION_FAILED", f"cannot write the export to {where}: "
+                        f"{(exc.strerror or str(exc)).lower()}; nothing was written",
+                        details={"path": where}, hint="free space there, or choose another --out")
 
 
 def _summary(counts: dict[str, int]) -> str:
