@@ -8,77 +8,46 @@ file is refused whole (400 naming the line, nothing written), or the board it le
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from urllib.parse import quote
 
-import aiohttp
 import pytest
 
-from tests.support.board import API, BoardClient, RunningBoard, make_task, row_counts, start_board
+from tests.support.board import API, BoardClient, RunningBoard, make_task
+from tests.support.state_files import assert_nothing_imported, encode, exported
 
 pytestmark = pytest.mark.asyncio
-
-TABLES = ("projects", "tasks", "comments", "attachments", "labels", "actors", "task_activities")
-
-
-@pytest.fixture
-async def target(tmp_path: Path) -> AsyncIterator[tuple[RunningBoard, BoardClient]]:
-    board = await start_board(tmp_path / "target")
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield board, BoardClient(board.url, board.token, session)
-    finally:
-        await board.runner.cleanup()
-
-
-def encode(records: list[dict]) -> bytes:
-    return b"".join(json.dumps(record).encode() + b"\n" for record in records)
-
-
-async def exported(client: BoardClient) -> list[dict]:
-    reply = await client.get(f"{API}/state")
-    assert reply.status == 200
-    return [json.loads(line) for line in reply.body.splitlines()]
 
 
 def task_lines(records: list[dict]) -> list[dict]:
     return [record["row"] for record in records if record["kind"] == "task"]
 
 
-async def assert_nothing_written(board: RunningBoard) -> None:
-    assert await row_counts(board, *TABLES) == (0,) * len(TABLES)
-    blobs = board.data_dir / "attachments"
-    assert not blobs.exists() or not any(path.is_file() for path in blobs.rglob("*"))
+def task_line(records: list[dict]) -> int:
+    """The line number of the first task in the file, as a refusal names it."""
+    return next(number for number, record in enumerate(records, start=1) if record["kind"] == "task")
 
 
-async def test_an_identifier_that_is_not_its_number_leaves_a_board_that_can_create_tasks(
-    client: BoardClient, target: tuple[RunningBoard, BoardClient]
+async def test_an_identifier_that_is_not_its_number_is_refused_naming_its_line(
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient]
 ) -> None:
     """A task line whose identifier names a number the project has not reached yet (DEMO-0002 on
-    task number 1, next_number 2). Either the import refuses it, or the imported board can go on
-    creating tasks in that project. It used to be accepted, and every later create in the project
-    collides with the identifier UNIQUE constraint (409) for ever: the counter never moves."""
+    task number 1, next_number 2): refused, naming the line. It used to be accepted, and every later
+    create in the project collided with the identifier UNIQUE constraint (409) for ever: the
+    counter never moves past the taken identifier."""
     await make_task(client)
     records = await exported(client)
     task = task_lines(records)[0]
     assert task["number"] == 1 and task["identifier"] == "DEMO-0001"
     task["identifier"] = "DEMO-0002"
-    board, other = target
+    board, other = empty_board
     imported = await other.request("POST", f"{API}/state", data=encode(records))
-    if imported.status == 400:
-        assert imported.error == "VALIDATION_FAILED", imported.body
-        await assert_nothing_written(board)
-        return
-    assert imported.status == 201, imported.body
-    for _ in range(2):  # the project's counter does not move past the taken identifier by itself
-        created = await other.post(f"{API}/tasks", {"project": "demo", "title": "After the import"})
-        assert created.status == 201, (created.status, created.body)
+    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
+    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
+    await assert_nothing_imported(board)
 
 
 async def test_a_heartbeat_that_is_not_a_timestamp_is_refused_naming_its_line(
-    client: BoardClient, target: tuple[RunningBoard, BoardClient]
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient]
 ) -> None:
     """An in_progress card whose heartbeat_at is not a timestamp: a bad line, so 400 naming it and
     nothing written. The parse used to let any text through and the conditions' judgement inside
@@ -87,64 +56,55 @@ async def test_a_heartbeat_that_is_not_a_timestamp_is_refused_naming_its_line(
     assert (await client.post(f"{API}/tasks/{task['id']}/claim", {})).status == 200
     records = await exported(client)
     task_lines(records)[0]["heartbeat_at"] = "yesterday"
-    line = next(i for i, record in enumerate(records, start=1) if record["kind"] == "task")
-    board, other = target
+    board, other = empty_board
     imported = await other.request("POST", f"{API}/state", data=encode(records))
     assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    assert imported.body["error"]["details"].get("line") == line, imported.body
-    await assert_nothing_written(board)
+    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
+    await assert_nothing_imported(board)
 
 
-async def test_an_imported_terminal_at_that_is_not_a_timestamp_does_not_break_archive(
-    client: BoardClient, target: tuple[RunningBoard, BoardClient]
+async def test_a_terminal_at_that_is_not_a_timestamp_is_refused_naming_its_line(
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient]
 ) -> None:
-    """A canceled card whose terminal_at is not a timestamp. Either refused at import, or the board
-    answers an archive of that card without a 500. The import used to take it (201), and every
-    ``task archive`` of the card is 500 INTERNAL (strptime in commands/tasks.py _age_seconds)."""
+    """A canceled card whose terminal_at is not a timestamp: refused, naming the line. The import
+    used to take it (201), and every ``task archive`` of the card was 500 INTERNAL (strptime in
+    commands/tasks.py _age_seconds)."""
     task = await make_task(client)
     assert (await client.post(f"{API}/tasks/{task['id']}/move", {"to": "canceled"})).status == 200
     records = await exported(client)
     row = task_lines(records)[0]
     assert row["status"] == "canceled" and row["terminal_at"] is not None
     row["terminal_at"] = "last week"
-    board, other = target
+    board, other = empty_board
     imported = await other.request("POST", f"{API}/state", data=encode(records))
-    if imported.status == 400:
-        assert imported.error == "VALIDATION_FAILED", imported.body
-        await assert_nothing_written(board)
-        return
-    assert imported.status == 201, imported.body
-    archived = await other.post(f"{API}/tasks/DEMO-0001/archive", {})
-    assert archived.status < 500, (archived.status, archived.body)
+    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
+    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
+    await assert_nothing_imported(board)
 
 
-async def test_an_actor_name_past_its_limit_does_not_make_a_stale_card_unclaimable(
-    client: BoardClient, target: tuple[RunningBoard, BoardClient]
+async def test_a_holder_past_the_actor_limit_is_refused_naming_its_line(
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient]
 ) -> None:
     """claimed_by is at most ACTOR_ID_MAX_CHARS (200) characters through every write command. A file
     with a 100,000-character holder and a heartbeat from 2020 (a stale claim anyone may take,
-    SPEC §4.4). Either refused at import, or bob can take the card. The import used to take it, and
-    bob's claim is refused for ever: the task_claimed row it would write names the holder
-    (stoleFrom) and is larger than a frame (400, "send less text at once": bob sent nothing)."""
+    SPEC §4.4): refused, naming the line. The import used to take it, and bob's claim was refused
+    for ever: the task_claimed row it would write names the holder (stoleFrom) and is larger than a
+    frame (400, "send less text at once": bob sent nothing)."""
     task = await make_task(client)
     assert (await client.post(f"{API}/tasks/{task['id']}/claim", {})).status == 200
     records = await exported(client)
     row = task_lines(records)[0]
     row["claimed_by"] = "x" * 100_000
     row["heartbeat_at"] = "2020-01-01T00:00:00.000Z"
-    board, other = target
+    board, other = empty_board
     imported = await other.request("POST", f"{API}/state", data=encode(records))
-    if imported.status == 400:
-        assert imported.error == "VALIDATION_FAILED", imported.body
-        await assert_nothing_written(board)
-        return
-    assert imported.status == 201, imported.body
-    claimed = await other.as_actor("human", "bob").post(f"{API}/tasks/DEMO-0001/claim", {})
-    assert claimed.status == 200, (claimed.status, claimed.body)
+    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
+    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
+    await assert_nothing_imported(board)
 
 
 async def test_an_attachment_name_with_a_path_is_refused_whole(
-    client: BoardClient, target: tuple[RunningBoard, BoardClient]
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient]
 ) -> None:
     """The board refuses an attachment filename with '/' or '..' on upload and on replace
     (commands/attachments.py check_filename). A state file naming one ("../../x") must be refused
@@ -159,7 +119,7 @@ async def test_an_attachment_name_with_a_path_is_refused_whole(
     refused = await client.request("PUT", f"{API}/attachments/{added.body['id']}?filename={quote('../../x')}",
                                    data=b"the notes", headers={"Content-Type": "text/plain"})
     assert refused.status == 400, "the board's own write refuses that name: the test stands on it"
-    board, other = target
+    board, other = empty_board
     imported = await other.request("POST", f"{API}/state", data=encode(records))
     assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    await assert_nothing_written(board)
+    await assert_nothing_imported(board)

@@ -4,41 +4,22 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
-import aiohttp
 import pytest
 
 from services.board.queries.state import KINDS
-from tests.support.board import API, BoardClient, RunningBoard, row_counts, start_board
+from tests.support.board import API, BoardClient, RunningBoard, row_counts
 from tests.support.state_builder import build_random_board
+from tests.support.state_files import IMPORTED_TABLES, assert_nothing_imported, encode, exported
 
 pytestmark = pytest.mark.asyncio
-
-TABLES = ("projects", "tasks", "comments", "attachments", "labels", "actors", "task_activities")
 
 
 @pytest.fixture
 async def source(client: BoardClient) -> list[dict]:
     await build_random_board(client, 31, projects=1, tasks=6)
-    reply = await client.get(f"{API}/state")
-    assert reply.status == 200
-    return [json.loads(line) for line in reply.body.splitlines()]
-
-
-@pytest.fixture
-async def target(tmp_path: Path) -> AsyncIterator[tuple[RunningBoard, BoardClient]]:
-    board = await start_board(tmp_path / "target")
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield board, BoardClient(board.url, board.token, session)
-    finally:
-        await board.runner.cleanup()
-
-
-def encode(records: list[dict]) -> bytes:
-    return b"".join(json.dumps(record).encode() + b"\n" for record in records)
+    return await exported(client)
 
 
 def first(records: list[dict], kind: str) -> int:
@@ -146,19 +127,13 @@ CASES: dict[str, tuple[Callable[[list[dict]], list[dict]], str, Callable[[list[d
 }
 
 
-async def assert_nothing_written(board: RunningBoard) -> None:
-    assert await row_counts(board, *TABLES) == (0,) * len(TABLES)
-    blobs = board.data_dir / "attachments"
-    assert not blobs.exists() or not any(path.is_file() for path in blobs.rglob("*"))
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 async def test_a_bad_file_is_refused_by_line_and_writes_nothing(
-    source: list[dict], target: tuple[RunningBoard, BoardClient], case: str
+    source: list[dict], empty_board: tuple[RunningBoard, BoardClient], case: str
 ) -> None:
     change, words, line_of = CASES[case]
     records = change(json.loads(json.dumps(source)))
-    board, client = target
+    board, client = empty_board
     reply = await client.request("POST", f"{API}/state", data=encode(records))
     assert reply.status == 400 and reply.error == "VALIDATION_FAILED", reply.body
     message = reply.body["error"]["message"]
@@ -166,64 +141,64 @@ async def test_a_bad_file_is_refused_by_line_and_writes_nothing(
     if line_of is not None:
         assert reply.body["error"]["details"]["line"] == line_of(records), reply.body
         assert message.startswith(f"line {line_of(records)}: ")
-    await assert_nothing_written(board)
+    await assert_nothing_imported(board)
 
 
-async def test_a_file_the_schema_refuses_writes_no_blob(source: list[dict], target: tuple[RunningBoard, BoardClient]) -> None:
+async def test_a_file_the_schema_refuses_writes_no_blob(source: list[dict], empty_board: tuple[RunningBoard, BoardClient]) -> None:
     """``parse_state`` checks types, references and digests; the schema's own CHECKs (a title of
     1–500 characters) are judged inside the import's transaction, after the attachments' bytes were
     written. The rows roll back and the route removes the bytes again: they stayed, named by no row."""
     records = json.loads(json.dumps(source))
     assert any(record["kind"] == "attachment" for record in records), "no attachment: the test proves nothing"
     records[max(i for i, record in enumerate(records) if record["kind"] == "task")]["row"]["title"] = ""
-    board, client = target
+    board, client = empty_board
     reply = await client.request("POST", f"{API}/state", data=encode(records))
     assert reply.status == 400 and reply.error == "VALIDATION_FAILED", reply.body
-    await assert_nothing_written(board)
+    await assert_nothing_imported(board)
 
 
 async def test_a_file_cut_in_the_middle_of_a_line_is_refused(
-    source: list[dict], target: tuple[RunningBoard, BoardClient]
+    source: list[dict], empty_board: tuple[RunningBoard, BoardClient]
 ) -> None:
     data = encode(source)
     cut = data[: len(data) // 2]
-    board, client = target
+    board, client = empty_board
     reply = await client.request("POST", f"{API}/state", data=cut)
     assert reply.status == 400 and reply.error == "VALIDATION_FAILED"
     assert reply.body["error"]["details"]["line"] == cut.count(b"\n") + 1
-    await assert_nothing_written(board)
+    await assert_nothing_imported(board)
 
 
-async def test_an_empty_body_is_refused(target: tuple[RunningBoard, BoardClient]) -> None:
-    board, client = target
+async def test_an_empty_body_is_refused(empty_board: tuple[RunningBoard, BoardClient]) -> None:
+    board, client = empty_board
     reply = await client.request("POST", f"{API}/state", data=b"")
     assert reply.status == 400 and "empty" in reply.body["error"]["message"]
-    await assert_nothing_written(board)
+    await assert_nothing_imported(board)
 
 
 async def test_a_board_with_projects_is_refused_with_409(
     source: list[dict], client: BoardClient, board: RunningBoard
 ) -> None:
-    before = await row_counts(board, *TABLES)
+    before = await row_counts(board, *IMPORTED_TABLES)
     reply = await client.request("POST", f"{API}/state", data=encode(source))
     assert reply.status == 409 and reply.error == "BOARD_NOT_EMPTY", reply.body
     assert reply.body["error"]["details"]["projects"] == 1
-    assert await row_counts(board, *TABLES) == before
+    assert await row_counts(board, *IMPORTED_TABLES) == before
 
 
-async def test_an_import_without_an_actor_is_refused(source: list[dict], target: tuple[RunningBoard, BoardClient]) -> None:
-    board, client = target
+async def test_an_import_without_an_actor_is_refused(source: list[dict], empty_board: tuple[RunningBoard, BoardClient]) -> None:
+    board, client = empty_board
     reply = await client.request("POST", f"{API}/state", data=encode(source), actor=None)
     assert reply.status == 403 and reply.error == "ACTOR_REQUIRED"
-    await assert_nothing_written(board)
+    await assert_nothing_imported(board)
 
 
 async def test_a_child_blocking_its_own_epic_is_no_ring_and_is_imported(
-    source: list[dict], target: tuple[RunningBoard, BoardClient]
+    source: list[dict], empty_board: tuple[RunningBoard, BoardClient]
 ) -> None:
     """The epic waits for its child twice over (as its child, and blocked by it): no card waits for
     itself, and the board allows the relation, so the import does too."""
     records = with_relations(json.loads(json.dumps(source)), ("parent", 0, 1), ("blocks", 1, 0))
-    board, client = target
+    board, client = empty_board
     reply = await client.request("POST", f"{API}/state", data=encode(records))
     assert reply.status == 201, reply.body

@@ -6,28 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-from tests.support.board import API, BoardClient, RunningBoard, row_counts, start_board
+from tests.support.board import API, BoardClient, RunningBoard, row_counts
 from tests.support.state_builder import build_random_board
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.asyncio
-
-
-@pytest.fixture
-async def fresh(tmp_path: Path) -> AsyncIterator[tuple[RunningBoard, BoardClient]]:
-    board = await start_board(tmp_path / "fresh")
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield board, BoardClient(board.url, board.token, session)
-    finally:
-        await board.runner.cleanup()
 
 
 async def export(client: BoardClient) -> bytes:
@@ -44,7 +31,7 @@ def lines(data: bytes) -> list[bytes]:
 
 @pytest.mark.parametrize("seed", [7, 1201, 424242])
 async def test_export_import_export_gives_the_same_card_state(
-    client: BoardClient, board: RunningBoard, fresh: tuple[RunningBoard, BoardClient], seed: int
+    client: BoardClient, board: RunningBoard, empty_board: tuple[RunningBoard, BoardClient], seed: int
 ) -> None:
     made = await build_random_board(client, seed)
     assert made["archived"] and made["attachments"] and made["relations"] and made["reports"], made
@@ -54,7 +41,7 @@ async def test_export_import_export_gives_the_same_card_state(
     assert header["kind"] == "taskloom-state" and header["version"] == 1
     assert header["board_id"] == meta["board_id"] and header["revision"] == meta["revision"]
 
-    target, target_client = fresh
+    target, target_client = empty_board
     reply = await target_client.request("POST", f"{API}/state", data=first,
                                         headers={"Content-Type": "application/x-ndjson"})
     assert reply.status == 201, reply.body
@@ -75,11 +62,11 @@ async def test_export_import_export_gives_the_same_card_state(
 
 
 async def test_identifiers_counters_and_blobs_survive_the_trip(
-    client: BoardClient, fresh: tuple[RunningBoard, BoardClient]
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient]
 ) -> None:
     await build_random_board(client, 99, projects=1, tasks=6)
     data = await export(client)
-    target, target_client = fresh
+    target, target_client = empty_board
     assert (await target_client.request("POST", f"{API}/state", data=data)).status == 201
     old_tasks = (await client.get(f"{API}/tasks?archived=true&limit=200")).body["items"]
     for task in old_tasks:
@@ -114,10 +101,10 @@ async def test_the_activity_log_is_not_exported(client: BoardClient, board: Runn
                      "acceptance_item", "session", "attachment", "end"}
 
 
-async def test_an_empty_board_exports_header_and_end(client: BoardClient, fresh: tuple[RunningBoard, BoardClient]) -> None:
+async def test_an_empty_board_exports_header_and_end(client: BoardClient, empty_board: tuple[RunningBoard, BoardClient]) -> None:
     data = await export(client)
     assert len(lines(data)) == 2
-    _, target_client = fresh
+    _, target_client = empty_board
     reply = await target_client.request("POST", f"{API}/state", data=data)
     assert reply.status == 201 and sum(reply.body["imported"].values()) == 0
 

@@ -1,0 +1,29 @@
+"""State files (``GET``/``POST /api/v1/state``) as the import tests read, edit and send them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.support.board import API, BoardClient, RunningBoard, row_counts
+
+#: Every table an import writes rows to.
+IMPORTED_TABLES = ("projects", "tasks", "comments", "attachments", "labels", "actors", "task_activities")
+
+
+async def exported(client: BoardClient) -> list[dict[str, Any]]:
+    """The board's state export, one record a line."""
+    reply = await client.get(f"{API}/state")
+    assert reply.status == 200, reply.body
+    return [json.loads(line) for line in reply.body.splitlines()]
+
+
+def encode(records: list[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(record).encode() + b"\n" for record in records)
+
+
+async def assert_nothing_imported(board: RunningBoard) -> None:
+    """A refused import wrote no row and no attachment bytes."""
+    assert await row_counts(board, *IMPORTED_TABLES) == (0,) * len(IMPORTED_TABLES)
+    blobs = board.data_dir / "attachments"
+    assert not blobs.exists() or not any(path.is_file() for path in blobs.rglob("*"))
