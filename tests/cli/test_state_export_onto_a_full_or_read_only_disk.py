@@ -7,32 +7,27 @@ inside the handler meant for the board's reads.
 Expected: ``VALIDATION_FAILED: cannot write the export to FILE: no space left on device`` (or
 ``read-only file system``), saying nothing was written, and no file or temp file left.
 
-Mounting needs root (or CAP_SYS_ADMIN), as for tests/security/test_disk_full.py.
+Mounting needs root (or CAP_SYS_ADMIN): tests/support/disks.py.
 """
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.security.test_disk_full import fill, mount_tmpfs
 from tests.support.board import TaskdProcess
+from tests.support.disks import fill, remount, tmpfs
 
 from .conftest import Taskctl
 
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
-    """A fresh 1 MiB tmpfs for the export file; unmounted (lazily) at teardown."""
-    where = tmp_path / "exports"
-    mount_tmpfs(where, "1m")
-    try:
+    """A fresh 1 MiB tmpfs for the export file."""
+    with tmpfs(tmp_path / "exports", "1m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def seed(taskctl: Taskctl) -> None:
@@ -54,7 +49,7 @@ def test_an_export_onto_a_full_disk_names_the_file_and_the_full_disk(
 
 def test_an_export_into_a_read_only_directory_names_the_file(taskd: TaskdProcess, taskctl: Taskctl, disk: Path) -> None:
     seed(taskctl)
-    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True, capture_output=True)
+    remount(disk, "ro")
     out = disk / "state.jsonl"
     run = taskctl.refused("VALIDATION_FAILED", "export", "state", "--out", str(out))
     assert f"cannot write the export to {out}: read-only file system" in run.stderr, run

@@ -25,8 +25,8 @@ import subprocess
 from contextlib import closing
 from pathlib import Path
 
-from tests.security.test_disk_full import fill, mount_tmpfs
 from tests.support.board import VENV_BIN
+from tests.support.disks import fill, tmpfs
 from tests.support.old_schema import build_source_board, make_old_file
 
 #: What is left free on the disk when the upgrade starts, bytes (a few sizes: where the upgrade
@@ -73,8 +73,7 @@ async def test_an_upgrade_on_a_disk_that_fills_up_leaves_the_file_whole_at_its_o
     outcomes = {}
     for left in LEFT_FREE:
         disk = tmp_path / f"disk-{left}"
-        mount_tmpfs(disk, "24m")
-        try:
+        with tmpfs(disk, "24m"):
             data_dir = disk / "data"
             data_dir.mkdir(mode=0o700)
             shutil.copyfile(template, data_dir / "board.sqlite")
@@ -89,8 +88,6 @@ async def test_an_upgrade_on_a_disk_that_fills_up_leaves_the_file_whole_at_its_o
             )
             lines = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
             outcomes[left] = (done.returncode, lines, state_of(data_dir / "board.sqlite"), sorted(os.listdir(data_dir)))
-        finally:
-            subprocess.run(["umount", "-l", str(disk)], check=False)
     for left, (code, lines, state, _) in outcomes.items():
         assert code == 1 and lines, (left, outcomes[left])
         assert state[1] == "ok", f"with {left} bytes free the failed upgrade left an unreadable file ({state}); said {lines}"

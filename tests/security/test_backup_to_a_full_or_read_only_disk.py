@@ -8,49 +8,27 @@ leaves nothing there: ``503 STORE_UNAVAILABLE`` (free space and retry) on a full
 ``400 VALIDATION_FAILED`` on a directory the board cannot write. The board keeps serving and a
 backup elsewhere then works.
 
-Mounting needs root (or CAP_SYS_ADMIN), as for tests/security/test_disk_full.py.
+Mounting needs root (or CAP_SYS_ADMIN): tests/support/disks.py.
 """
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
-from tests.support.board import API, BoardClient, RunningBoard, make_task, start_board
-
-from .test_disk_full import fill, mount_tmpfs
+from tests.support.board import API, BoardClient, make_task
+from tests.support.disks import fill, remount, tmpfs
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.sqlite_only]
 
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
-    """A fresh 1 MiB tmpfs; unmounted (lazily) at teardown."""
-    where = tmp_path / "backups"
-    mount_tmpfs(where, "1m")
-    try:
+    """A fresh 1 MiB tmpfs."""
+    with tmpfs(tmp_path / "backups", "1m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-@pytest.fixture
-async def board(tmp_path: Path) -> AsyncIterator[RunningBoard]:
-    running = await start_board(tmp_path / "data")
-    try:
-        yield running
-    finally:
-        await running.runner.cleanup()
-
-
-@pytest.fixture
-async def client(board: RunningBoard) -> AsyncIterator[BoardClient]:
-    async with aiohttp.ClientSession() as session:
-        yield BoardClient(board.url, board.token, session)
 
 
 async def test_a_backup_onto_a_full_disk_says_so_and_writes_nothing(client: BoardClient, disk: Path, tmp_path: Path) -> None:
@@ -69,7 +47,7 @@ async def test_a_backup_into_a_read_only_directory_says_so_and_writes_nothing(
     client: BoardClient, disk: Path, tmp_path: Path
 ) -> None:
     await make_task(client, title="worth a backup")
-    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True, capture_output=True)
+    remount(disk, "ro")
     reply = await client.post(f"{API}/admin/backup", {"path": str(disk / "board.sqlite")})
     assert reply.status == 400 and reply.error == "VALIDATION_FAILED", reply.body
     message = reply.body["error"]["message"]

@@ -7,34 +7,28 @@ STORE_UNAVAILABLE`` with ``Retry-After``, naming the archive folder and saying n
 removed; the floor and every row stay, no archive or temp file is left, and once space is freed
 the same compaction goes through.
 
-Mounting needs root (or CAP_SYS_ADMIN), as for tests/security/test_disk_full.py.
+Mounting needs root (or CAP_SYS_ADMIN): tests/support/disks.py.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from tests.support.board import API, BoardClient, RunningBoard, make_task, start_board
-
-from .test_disk_full import fill, mount_tmpfs
+from tests.support.disks import fill, tmpfs
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.sqlite_only]
 
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
-    where = tmp_path / "disk"
-    mount_tmpfs(where, "8m")
-    try:
+    """A fresh tmpfs."""
+    with tmpfs(tmp_path / "disk", "8m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 @pytest.fixture
@@ -44,12 +38,6 @@ async def board(disk: Path) -> AsyncIterator[RunningBoard]:
         yield running
     finally:
         await running.runner.cleanup()
-
-
-@pytest.fixture
-async def client(board: RunningBoard) -> AsyncIterator[BoardClient]:
-    async with aiohttp.ClientSession() as session:
-        yield BoardClient(board.url, board.token, session)
 
 
 async def test_a_compaction_on_a_full_disk_is_503_and_removes_nothing(

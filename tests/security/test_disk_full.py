@@ -5,13 +5,12 @@ attachments/; ``taskd serve`` on a full disk died with a traceback. Now the uplo
 ``503 STORE_UNAVAILABLE`` with nothing left behind and the board keeps serving, and a start that
 cannot write says so in one line, exits 1 and leaves the data directory as it found it.
 
-Mounting needs root (or CAP_SYS_ADMIN), which the test suite has here and in CI. A test that
-cannot mount fails, loudly: it never skips and never falls back to a pretend disk.
+The disks are tests/support/disks.py's: real tmpfs mounts, which need root; a test that cannot
+mount fails, it never skips.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import subprocess
@@ -22,51 +21,16 @@ import aiohttp
 import pytest
 
 from tests.support.board import API, VENV_BIN, BoardClient, TaskdProcess
+from tests.support.disks import fill, tmpfs
 
 from .support_bounds import head
 
 
-def mount_tmpfs(where: Path, size: str) -> None:
-    where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-        capture_output=True, text=True, check=False,
-    )
-    if done.returncode != 0:
-        pytest.fail(
-            f"cannot mount a {size} tmpfs at {where}: {done.stderr.strip() or done.returncode}. "
-            "The disk-full tests need root or CAP_SYS_ADMIN (run the suite as root, or in a container "
-            "started with --cap-add SYS_ADMIN); they do not skip."
-        )
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A fresh, empty 8 MiB tmpfs; unmounted (lazily, if a process still holds it) at teardown."""
-    disk = tmp_path / "disk"
-    mount_tmpfs(disk, "8m")
-    try:
+    """A fresh, empty 8 MiB tmpfs."""
+    with tmpfs(tmp_path / "disk", "8m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
-def fill(disk: Path) -> Path:
-    """Write to ``disk`` until the kernel refuses with ENOSPC, down to the last byte."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        for size in (1 << 16, 1 << 12, 1):
-            chunk = b"\0" * size
-            try:
-                while os.write(fd, chunk):
-                    pass
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-    finally:
-        os.close(fd)
-    assert os.statvfs(disk).f_bavail == 0
-    return filler
 
 
 def snapshot(directory: Path) -> dict[str, str]:

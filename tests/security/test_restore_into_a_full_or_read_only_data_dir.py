@@ -7,7 +7,7 @@ directory (the backup file's, or the board's?).
 Expected: one line, exit 1, naming the data directory and the problem, saying nothing was
 changed; the board's database is as it was, and serves its old state once the disk is writable.
 
-Mounting needs root (or CAP_SYS_ADMIN), as for tests/security/test_disk_full.py.
+Mounting needs root (or CAP_SYS_ADMIN): tests/support/disks.py.
 """
 
 from __future__ import annotations
@@ -20,21 +20,16 @@ from pathlib import Path
 import pytest
 
 from tests.support.board import TaskdProcess, taskd_restore
-
-from .test_disk_full import fill, mount_tmpfs
+from tests.support.disks import fill, remount, tmpfs
 
 pytestmark = pytest.mark.sqlite_only
 
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
-    """A fresh 8 MiB tmpfs for the board's data directory; unmounted (lazily) at teardown."""
-    where = tmp_path / "disk"
-    mount_tmpfs(where, "8m")
-    try:
+    """A fresh 8 MiB tmpfs for the board's data directory."""
+    with tmpfs(tmp_path / "disk", "8m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def backed_up_board(disk: Path, tmp_path: Path) -> tuple[TaskdProcess, Path]:
@@ -75,10 +70,10 @@ def test_a_restore_into_a_read_only_data_dir_says_so_in_one_line(disk: Path, tmp
     board, backup_file = backed_up_board(disk, tmp_path)
     database = board.data_dir / "board.sqlite"
     before = digest(database)
-    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True, capture_output=True)
+    remount(disk, "ro")
     line = one_clear_line(taskd_restore(backup_file, board.data_dir))
     assert str(board.data_dir) in line and "read-only file system" in line, line
-    subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True, capture_output=True)
+    remount(disk, "rw")
     assert digest(database) == before
     assert served_titles(board) == {"in the backup", "after the backup"}
 
