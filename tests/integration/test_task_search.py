@@ -45,6 +45,7 @@ async def tasks(client: BoardClient) -> dict[str, dict[str, Any]]:
         ),
         "emoji": await make_task(client, title="Ship 🚀 the release", description="Tag 100% of the crates_io packages"),
         "bug": await make_task(client, title="Flaky test", kind="bug", description="Fails one run in fifty on CI"),
+        "accents": await make_task(client, title="Écoles d'été", description="Übersicht der Kurse"),
     }
     await make_project(client, "other")
     made["other"] = await make_task(client, project="other", title="Onboarding for the other team")
@@ -67,6 +68,16 @@ CASES = [
     ('"hub" OR NEAR(x', []),  # FTS5 syntax is text, never a query
     ("hub)", []),
     ("*", []),
+    # Letters outside A-Z: found as written on either engine (the exact text always finds itself),
+    # case-insensitive only in their ASCII letters, the one folding both engines' SQL shares.
+    ("Écoles", ["DEMO-0005"]),
+    ("ÉCOLES", ["DEMO-0005"]),
+    ("Ü", ["DEMO-0005"]),
+    ("Übersicht", ["DEMO-0005"]),
+    ("été", ["DEMO-0005"]),
+    ("écoles", []),
+    ("ü", []),
+    ("übersicht", []),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import string
 from typing import Any, Final, NamedTuple
 
 import orjson
@@ -209,14 +210,19 @@ def _ready_page(
 # -- text search (``q=``) ---------------------------------------------------------------------------
 #
 # ``q`` is a filter, not a ranking: the page stays in creation order, so keyset paging holds. Each
-# white-space separated word must occur, as a case-insensitive substring, in the title, the
-# identifier or the description. Two paths answer that one question: a portable LIKE scan that any
-# SQL engine runs, and SQLite's FTS5 trigram index (migration 0007) that answers it without
-# reading every row. ``text_match`` is the one place that knows which engine it talks to.
+# white-space separated word must occur, as a substring, in the title, the identifier or the
+# description, case-insensitive in the ASCII letters A-Z and as written in every other character:
+# that is the one folding both engines' SQL shares (SQLite's LIKE and lower(), PostgreSQL's lower()
+# of the columns' "C" collation), so a word always finds its own text and both engines find the
+# same cards. Two paths answer that one question: a portable LIKE scan that any SQL engine runs,
+# and SQLite's FTS5 trigram index (migration 0007) that narrows the rows without reading every one.
+# ``text_match`` is the one place that knows which engine it talks to.
 
 #: FTS5's trigram tokenizer indexes three characters at a time; a shorter word has no postings.
 TRIGRAM: Final = 3
 _LIKE_SPECIALS = str.maketrans({"\\": "\\\\", "%": "\\%", "_": "\\_"})
+#: The search's case folding: ASCII letters only, as SQL's lower() folds the columns it compares.
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
 def search_words(q: str) -> list[str]:
@@ -251,7 +257,9 @@ def portable_text_match(words: list[str]) -> TextMatch:
     clauses: list[str] = []
     params: list[str] = []
     for word in words:
-        pattern = f"%{word.lower().translate(_LIKE_SPECIALS)}%"
+        # Folded as lower() folds the column (str.lower would fold 'É' to 'é', which lower() of a
+        # "C" column never gives back: the exact text would find nothing).
+        pattern = f"%{word.translate(_ASCII_LOWER).translate(_LIKE_SPECIALS)}%"
         clauses.append(
             "(lower(title) LIKE ? ESCAPE '\\' OR lower(identifier) LIKE ? ESCAPE '\\'"
             " OR lower(description) LIKE ? ESCAPE '\\')"
@@ -261,15 +269,16 @@ def portable_text_match(words: list[str]) -> TextMatch:
 
 
 def sqlite_text_match(words: list[str]) -> TextMatch:
-    """SQLite: the FTS5 trigram index for words of three characters or more, LIKE for the rest.
+    """SQLite: the FTS5 trigram index narrows the rows for words of three characters or more, and
+    LIKE judges every word.
 
     With the index, the tasks are read by the rowids it answers (``NOT INDEXED`` keeps the planner
     from walking the whole project through ``tasks_by_project_status`` and testing each row against
-    the list). SQLite's LIKE is case-insensitive for ASCII already, so the short words need no
-    ``lower()`` of every description.
+    the list). The index folds the case of every letter ('école' finds 'École'), PostgreSQL's
+    lower() of a "C" column only of A-Z, so its answer is a superset that LIKE, case-insensitive for
+    ASCII only, brings back to the one rule; LIKE needs no ``lower()`` of every description.
     """
     indexed = [word for word in words if len(word) >= TRIGRAM]
-    short = [word for word in words if len(word) < TRIGRAM]
     clauses: list[str] = []
     params: list[str] = []
     if indexed:
@@ -277,7 +286,7 @@ def sqlite_text_match(words: list[str]) -> TextMatch:
         phrase = " AND ".join('"' + word.replace('"', '""') + '"' for word in indexed)
         clauses.append("rowid IN (SELECT rowid FROM tasks_search WHERE tasks_search MATCH ?)")
         params.append(phrase)
-    for word in short:
+    for word in words:
         pattern = f"%{word.translate(_LIKE_SPECIALS)}%"
         clauses.append(
             "(title LIKE ? ESCAPE '\\' OR identifier LIKE ? ESCAPE '\\' OR description LIKE ? ESCAPE '\\')"

@@ -45,7 +45,8 @@ LIST_TASKS_QUERY = {
     "assignee": F("str", description="assignee id"),
     "label": F("str"),
     "kind": F("str", enum=domain.KINDS),
-    "q": F("str", description="text search: every word, case-insensitive, in the title, identifier or description"),
+    "q": F("str", description="text search: every word, in the title, identifier or description"
+           " (case-insensitive in A-Z, other letters as written)"),
     "archived": F("bool", description="include archived tasks"),
     "blocked": F("bool", description="only cards with (true) or without (false) an open blocker"),
     "ready": F("bool", description="the claimable queue in priority order: todo, not an epic, no open blocker,"
