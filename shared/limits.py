@@ -73,7 +73,12 @@ MAX_ACCEPTANCE_ITEMS_PER_CHANGE: Final = 32
 PHASE_MAX_CHARS: Final = 64
 FILENAME_MAX_CHARS: Final = 255
 CONTENT_TYPE_MAX_CHARS: Final = 255
-WORKSPACE_PATH_MAX_CHARS: Final = 4096
+#: A path the board is handed to write to (a backup's file): Linux's PATH_MAX.
+PATH_MAX_CHARS: Final = 4096
+#: A project's workspace path, in UTF-8 bytes. It is unique, and PostgreSQL's unique index holds at
+#: most 2704 bytes of a row: a longer path that does not compress cannot be stored there, however
+#: often it is retried, while SQLite would store it. So both engines take this many bytes, no more.
+WORKSPACE_PATH_MAX_BYTES: Final = 2 * KIB
 #: Labels one ``label gc`` run archives; the next run takes the rest.
 MAX_LABEL_GC_BATCH: Final = 256
 #: A text search (``GET /tasks?q=``): its length and its words, each word a clause of the query.

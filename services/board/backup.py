@@ -105,9 +105,9 @@ def _copy_blobs(copy: sqlite3.Connection, attachments_dir: Path) -> int:
 
 
 def check_path_text(path_text: str) -> Path:
-    """The text alone: absolute, at most ``limits.WORKSPACE_PATH_MAX_CHARS`` characters."""
-    if len(path_text) > limits.WORKSPACE_PATH_MAX_CHARS:
-        raise validation(f"the backup path is longer than {limits.WORKSPACE_PATH_MAX_CHARS} characters", field="path")
+    """The text alone: absolute, at most ``limits.PATH_MAX_CHARS`` characters."""
+    if len(path_text) > limits.PATH_MAX_CHARS:
+        raise validation(f"the backup path is longer than {limits.PATH_MAX_CHARS} characters", field="path")
     path = Path(path_text)
     if not path.is_absolute():
         raise validation("the backup path must be absolute (the board's working directory is not yours)",

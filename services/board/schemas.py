@@ -119,7 +119,9 @@ ACTOR_ID: Final = {"pattern": NON_BLANK, "maxLength": limits.ACTOR_ID_MAX_CHARS}
 LABELS: Final = {"items": {"type": "string", "pattern": LABEL_PATTERN}}
 DESCRIPTION: Final = {"maxLength": limits.DESCRIPTION_MAX_CHARS}
 README: Final = {"maxLength": limits.README_MAX_CHARS}
-WORKSPACE_PATH: Final = {"pattern": ABSOLUTE_PATH, "maxLength": limits.WORKSPACE_PATH_MAX_CHARS}
+#: _check_workspace counts UTF-8 bytes: more characters than that are more bytes too.
+WORKSPACE_PATH: Final = {"pattern": ABSOLUTE_PATH, "maxLength": limits.WORKSPACE_PATH_MAX_BYTES}
+BACKUP_PATH: Final = {"pattern": ABSOLUTE_PATH, "maxLength": limits.PATH_MAX_CHARS}
 COMMENT: Final = {"pattern": NON_BLANK, "maxLength": limits.COMMENT_MAX_CHARS}
 #: report_format counts UTF-8 bytes; a text of more characters than that is more bytes too
 #: (the refusal of a shorter text with many multi-byte characters is a 422, not a schema rule).
@@ -129,7 +131,7 @@ FIELD_RULES: Final[dict[tuple[str, str, str, str], dict[str, Any]]] = {
     ("POST", f"{PREFIX}/projects", "body", "id"): {"pattern": SLUG_PATTERN},
     ("POST", f"{PREFIX}/projects", "body", "name"): {"maxLength": domain.PROJECT_NAME_MAX_CHARS},
     ("POST", f"{PREFIX}/projects", "body", "workspace_path"): WORKSPACE_PATH,
-    ("POST", f"{PREFIX}/admin/backup", "body", "path"): WORKSPACE_PATH,
+    ("POST", f"{PREFIX}/admin/backup", "body", "path"): BACKUP_PATH,
     ("POST", f"{PREFIX}/projects", "body", "readme"): README,
     ("POST", f"{PREFIX}/projects", "body", "meta"): FREE_FORM,
     ("POST", f"{PREFIX}/projects", "body", "settings"): FREE_FORM,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from services.board.queries.state import KINDS
+from shared.limits import WORKSPACE_PATH_MAX_BYTES
 from tests.support.board import API, BoardClient, RunningBoard, row_counts
 from tests.support.state_builder import build_random_board
 from tests.support.state_files import IMPORTED_TABLES, assert_nothing_imported, encode, exported
@@ -77,6 +78,12 @@ def _bad_status(records: list[dict]) -> list[dict]:
     return records
 
 
+def _workspace_path_past_its_bytes(records: list[dict]) -> list[dict]:
+    """Fewer characters than the bound, more UTF-8 bytes: what no command could have written."""
+    records[first(records, "project")]["row"]["workspace_path"] = "/" + "é" * WORKSPACE_PATH_MAX_BYTES
+    return records
+
+
 def with_relations(records: list[dict], *wanted: tuple[str, int, int]) -> list[dict]:
     """``records`` with only the relations ``wanted`` (type, source, target: indexes into its
     non-epic tasks, the first of which becomes an epic), the end line's count kept right."""
@@ -124,6 +131,8 @@ CASES: dict[str, tuple[Callable[[list[dict]], list[dict]], str, Callable[[list[d
     "a status the board does not have": (_bad_status, "task.status must be one of", lambda r: first(r, "task") + 1),
     "an epic blocking its own child": (_epic_blocks_its_child, "wait for each other", last_relation),
     "a longer ring of waits": (_longer_waiting_ring, "wait for each other", last_relation),
+    "a workspace path past its bytes": (_workspace_path_past_its_bytes, "project.workspace_path is larger than",
+                                        lambda r: first(r, "project") + 1),
 }
 
 

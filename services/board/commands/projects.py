@@ -21,7 +21,9 @@ UPDATABLE = ("name", "workspace_path", "meta", "settings")
 
 
 def _check_workspace(path: str | None) -> None:
-    check_text(path, field="workspace_path", limit=limits.WORKSPACE_PATH_MAX_CHARS)
+    if path is not None and len(path.encode()) > limits.WORKSPACE_PATH_MAX_BYTES:
+        raise validation(f"workspace_path is at most {limits.WORKSPACE_PATH_MAX_BYTES} bytes of UTF-8",
+                         field="workspace_path", length=len(path.encode()), limit=limits.WORKSPACE_PATH_MAX_BYTES)
     if path is not None and not path.startswith("/"):
         raise validation("workspace_path must be absolute", workspace_path=path)
 

@@ -63,7 +63,8 @@ _CHOICES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
 #: The longest text each field may hold: what the commands that write it allow. An export holds
 #: nothing longer; a hand-edited file past one would leave a row no command could have written,
 #: and the frame arithmetic of shared/limits.py (a claim's row carries its holder's name) assumes
-#: none. A report body is counted in UTF-8 bytes, as its command counts it.
+#: none. A report body and a workspace path are counted in UTF-8 bytes (``_BYTE_LIMITS``), as
+#: their commands count them.
 _ACTOR_IDS: Final = {("task", "assignee_id"), ("task", "reporter_id"), ("task", "claimed_by"), ("task", "delivered_by"),
                      ("comment", "actor_id"), ("report", "actor_id"), ("session", "owner_id"), ("actor", "id")}
 _ACTOR_KINDS: Final = {("task", "assignee_kind"), ("task", "reporter_kind"), ("task", "claimed_by_kind"),
@@ -74,9 +75,12 @@ _TEXT_LIMITS: Final[dict[tuple[str, str], int]] = {
     ("task", "idem"): limits.IDEM_MAX_CHARS, ("task", "awaiting_reason"): limits.REASON_MAX_CHARS,
     ("task", "blocked_reason"): limits.REASON_MAX_CHARS, ("task", "waiver_reason"): limits.REASON_MAX_CHARS,
     ("project", "name"): limits.PROJECT_NAME_MAX_CHARS, ("project", "readme"): limits.README_MAX_CHARS,
-    ("project", "workspace_path"): limits.WORKSPACE_PATH_MAX_CHARS, ("label", "name"): limits.LABEL_MAX_CHARS,
+    ("label", "name"): limits.LABEL_MAX_CHARS,
     ("comment", "body"): limits.COMMENT_MAX_CHARS, ("acceptance_item", "text"): limits.ACCEPTANCE_ITEM_MAX_CHARS,
     ("session", "phase"): limits.PHASE_MAX_CHARS,
+}
+_BYTE_LIMITS: Final[dict[tuple[str, str], int]] = {
+    ("report", "body"): limits.REPORT_MAX_BYTES, ("project", "workspace_path"): limits.WORKSPACE_PATH_MAX_BYTES,
 }
 
 
@@ -131,8 +135,9 @@ def _check_field(line: int, kind: Kind, name: str, word: str, nullable: bool, va
         limit = _TEXT_LIMITS.get((kind.name, name))
         if limit is not None and len(value) > limit:
             raise _refuse(line, f"{kind.name}.{name} is longer than {limit} characters", field=name, limit=limit)
-        if kind.name == "report" and name == "body" and len(value.encode()) > limits.REPORT_MAX_BYTES:
-            raise _refuse(line, f"report.body is larger than {limits.REPORT_MAX_BYTES} bytes", field=name)
+        byte_limit = _BYTE_LIMITS.get((kind.name, name))
+        if byte_limit is not None and len(value.encode()) > byte_limit:
+            raise _refuse(line, f"{kind.name}.{name} is larger than {byte_limit} bytes", field=name, limit=byte_limit)
         if _is_timestamp_field(name) and not is_timestamp(value):
             # The conditions and the archive read these back as times: a 500 there, for good.
             raise _refuse(line, f"{kind.name}.{name} must be a timestamp (YYYY-MM-DDTHH:MM:SS.mmmZ), not {value[:40]!r}",
