@@ -77,6 +77,15 @@ def _echo(value: Any) -> Any:
     return value
 
 
+def _refuse_nul(name: str, texts: list[Any]) -> None:
+    """Refuse a value whose texts hold U+0000: a text field, or the items of a list (a body's, or a
+    query's comma-separated one). U+0000 ends a text for SQLite's length() (its CHECKs would judge
+    another text than the one stored) and for every C tool reading the file; PostgreSQL refuses it
+    in any text, a filter's too, so each engine would answer it differently."""
+    if any("\x00" in text for text in texts if isinstance(text, str)):
+        raise validation(f"{name} must not contain U+0000 (NUL)", field=name)
+
+
 def _check_value(name: str, spec: F, value: Any) -> Any:
     if value is None:
         if spec.nullable:
@@ -88,11 +97,7 @@ def _check_value(name: str, spec: F, value: Any) -> Any:
     # bool is an int in Python; a JSON true is never a valid count.
     if not isinstance(value, expected) or (spec.type == "int" and isinstance(value, bool)):
         raise validation(f"{name} must be of type {spec.type}", field=name, value=_echo(value))
-    texts = [value] if spec.type == "str" else value if spec.items == "str" else []
-    if any("\x00" in text for text in texts if isinstance(text, str)):
-        # U+0000 ends a text for SQLite's length() (its CHECKs would judge another text than the
-        # one stored) and for every C tool reading the file; refused, as PostgreSQL refuses it.
-        raise validation(f"{name} must not contain U+0000 (NUL)", field=name)
+    _refuse_nul(name, [value] if spec.type == "str" else value if spec.items == "str" else [])
     if spec.enum is not None and value not in spec.enum:
         raise validation(f"{name} must be one of {', '.join(spec.enum)}", field=name, value=value)
     if spec.type == "int":
@@ -145,6 +150,7 @@ def _parse_query_value(name: str, spec: F, raw: str) -> Any:
         return raw in ("true", "1")
     if spec.type == "list":
         items = [item for item in raw.split(",") if item]
+        _refuse_nul(name, items)
         for item in items:
             if spec.enum is not None and item not in spec.enum:
                 raise validation(f"{name} must name only {', '.join(spec.enum)}", field=name, value=item)

@@ -5,7 +5,8 @@ No name or id the board stores holds U+0000 (the API refuses it in every value; 
 cannot hold it at all), so a path parameter holding one names nothing: 404, before any SQL. A
 composite cursor holding one, or an integer cursor past 64 bits, is not a cursor the board wrote:
 400 malformed cursor. On PostgreSQL these were 500s (psycopg's DataError on the reader threads)
-or a 400 "refused by the database" on the writer; an oversized number was a 500 on SQLite.
+or a 400 "refused by the database" on the writer; an oversized number was a 500 on SQLite. A
+comma-separated list in the query is a text like any other: U+0000 in one is refused by name.
 (Run on PostgreSQL too by the Makefile's ON_POSTGRESQL line.)
 """
 
@@ -67,3 +68,16 @@ async def test_a_write_to_a_task_ref_with_nul_is_not_found(
 ) -> None:
     reply = await demo.request(method, f"/api/v1/tasks/{NUL}{tail}", json_body=body)
     assert reply.status == 404 and reply.error == "NOT_FOUND", (reply.status, reply.body)
+
+
+@pytest.mark.parametrize("query", [
+    "/api/v1/activities?event=a%00b", "/api/v1/activities?event=task_created,%00", "/api/v1/tasks?status=todo%00",
+    "/api/v1/events?event=task_created,a%00b",
+])
+async def test_a_comma_separated_query_list_holding_nul_is_refused_by_name(demo: BoardClient, query: str) -> None:
+    """A list in the query is refused like any other text holding U+0000: SQLite answered the
+    activity filter with an empty page, PostgreSQL with a 400 of its driver's words."""
+    reply = await demo.get(query)
+    assert reply.status == 400 and reply.error == "VALIDATION_FAILED", (reply.status, reply.body)
+    assert reply.body["error"]["details"]["field"] == query.partition("?")[2].partition("=")[0]
+    assert "U+0000" in reply.body["error"]["message"], reply.body
