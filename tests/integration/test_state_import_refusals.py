@@ -84,6 +84,13 @@ def _workspace_path_past_its_bytes(records: list[dict]) -> list[dict]:
     return records
 
 
+def _label_holding_nul(records: list[dict]) -> list[dict]:
+    """PostgreSQL filters by label through jsonb, which cannot hold U+0000: once imported, every
+    ``GET /tasks?label=`` over the card was a 400 in the driver's words there."""
+    records[first(records, "task")]["row"]["labels"] = ["a\u0000b"]
+    return records
+
+
 def with_relations(records: list[dict], *wanted: tuple[str, int, int]) -> list[dict]:
     """``records`` with only the relations ``wanted`` (type, source, target: indexes into its
     non-epic tasks, the first of which becomes an epic), the end line's count kept right."""
@@ -131,6 +138,8 @@ CASES: dict[str, tuple[Callable[[list[dict]], list[dict]], str, Callable[[list[d
     "a status the board does not have": (_bad_status, "task.status must be one of", lambda r: first(r, "task") + 1),
     "an epic blocking its own child": (_epic_blocks_its_child, "wait for each other", last_relation),
     "a longer ring of waits": (_longer_waiting_ring, "wait for each other", last_relation),
+    "a task label holding U+0000": (_label_holding_nul, "texts of 1 to 64 characters without U+0000",
+                                    lambda r: first(r, "task") + 1),
     "a workspace path past its bytes": (_workspace_path_past_its_bytes, "project.workspace_path is larger than",
                                         lambda r: first(r, "project") + 1),
 }
@@ -211,3 +220,14 @@ async def test_a_child_blocking_its_own_epic_is_no_ring_and_is_imported(
     board, client = empty_board
     reply = await client.request("POST", f"{API}/state", data=encode(records))
     assert reply.status == 201, reply.body
+
+
+async def test_a_task_label_holding_nul_is_refused_on_either_engine(
+    source: list[dict], target: tuple[RunningBoard, BoardClient]
+) -> None:
+    """The case above, without the look at the blob directory that keeps that test to SQLite: on
+    PostgreSQL the card would have been imported, and every label filter over it refused."""
+    board, client = target
+    reply = await client.request("POST", f"{API}/state", data=encode(_label_holding_nul(json.loads(json.dumps(source)))))
+    assert reply.status == 400 and reply.error == "VALIDATION_FAILED", reply.body
+    assert await row_counts(board, *TABLES) == (0,) * len(TABLES)

@@ -150,9 +150,12 @@ def _check_field(line: int, kind: Kind, name: str, word: str, nullable: bool, va
             raise _refuse(line, f"{kind.name}.{name} must be an object", field=name)
         check_free_form(value, field=f"line {line}: {kind.name}.{name}")
     elif (not isinstance(value, list) or len(value) > limits.MAX_LABELS_PER_TASK
-          or not all(type(item) is str and 0 < len(item) <= limits.LABEL_MAX_CHARS for item in value)):
+          or not all(type(item) is str and 0 < len(item) <= limits.LABEL_MAX_CHARS and "\x00" not in item
+                     for item in value)):
+        # U+0000 as in a text: PostgreSQL reads the list as jsonb to filter by label, which cannot
+        # hold it, so every label filter over the card would be refused there.
         raise _refuse(line, f"{kind.name}.{name} must be a list of at most {limits.MAX_LABELS_PER_TASK} texts of"
-                      f" 1 to {limits.LABEL_MAX_CHARS} characters", field=name)
+                      f" 1 to {limits.LABEL_MAX_CHARS} characters without U+0000", field=name)
     choices = _CHOICES.get((kind.name, name))
     if choices is not None and value not in choices:
         raise _refuse(line, f"{kind.name}.{name} must be one of {', '.join(choices)}", field=name, value=value)
