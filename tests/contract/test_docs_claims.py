@@ -304,6 +304,8 @@ def test_the_hub_constants_are_the_stated_ones() -> None:
     assert hp.HEARTBEAT_INTERVAL == number(beat) == option(HUB_SERVE, "--heartbeat").default
     ttl_ms, ttl_min = stated("docs/hub-protocol.md", r"default `(\d+)` = (\d+) min\)")
     assert hp.DEFAULT_WATCH_TTL_MS == int(ttl_ms) == int(ttl_min) * 60_000
+    longest_ms, longest_days = stated("docs/hub-protocol.md", r"At most `(\d+)` \(([\d,]+)\s+days\), so its end is a timestamp")
+    assert hp.MAX_WATCH_TTL_MS == int(longest_ms) == number(longest_days) * 86_400_000
     (ring,) = stated("docs/hub-protocol.md", r"The ring\*\* holds the last (\d+) event lines")
     assert hp.RING_SIZE == int(ring) == option(HUB_SERVE, "--ring-size").default
     (outbox,) = stated("docs/hub-protocol.md", r"bounded outbox \((\d+) lines\)")

@@ -223,11 +223,11 @@ async def test_a_child_blocking_its_own_epic_is_no_ring_and_is_imported(
 
 
 async def test_a_task_label_holding_nul_is_refused_on_either_engine(
-    source: list[dict], target: tuple[RunningBoard, BoardClient]
+    source: list[dict], empty_board: tuple[RunningBoard, BoardClient]
 ) -> None:
     """The case above, without the look at the blob directory that keeps that test to SQLite: on
     PostgreSQL the card would have been imported, and every label filter over it refused."""
-    board, client = target
+    board, client = empty_board
     reply = await client.request("POST", f"{API}/state", data=encode(_label_holding_nul(json.loads(json.dumps(source)))))
     assert reply.status == 400 and reply.error == "VALIDATION_FAILED", reply.body
-    assert await row_counts(board, *TABLES) == (0,) * len(TABLES)
+    assert await row_counts(board, *IMPORTED_TABLES) == (0,) * len(IMPORTED_TABLES)
