@@ -27,7 +27,10 @@ export async function load(drawer, taskId, panel) {
   const acceptance = drawer.acceptance;
   if (drawer.actionsFor !== task.status) {
     drawer.actionsFor = task.status;
-    $(".tab-form", panel).replaceChildren(...actions(drawer, task));
+    const forms = $(".tab-form", panel);
+    // The moves on offer follow the new status; an edit the person has typed and not saved stays
+    // as typed (saving it then is a version conflict, never an overwrite, and never a lost text).
+    forms.replaceChildren(...actions(drawer, task, $("details.edit[data-unsaved=true]", forms)));
   }
   const fact = (label, value) => [h("dt", {}, label), h("dd", {}, value ?? h("span", { class: "muted" }, "—"))];
   const reasons = [
@@ -59,13 +62,13 @@ export async function load(drawer, taskId, panel) {
   ];
 }
 
-function actions(drawer, task) {
+function actions(drawer, task, unsavedEdit = null) {
   const blocks = [];
   if (task.status === "in_review") blocks.push(approveForm(drawer, task));
   const moves = TRANSITIONS[task.status] || [];
   if (moves.length) blocks.push(moveForm(drawer, task, moves));
   if (TERMINAL.has(task.status)) blocks.push(reopenForm(drawer, task));
-  blocks.push(editForm(drawer, task));
+  blocks.push(unsavedEdit || editForm(drawer, task));
   return blocks;
 }
 
@@ -167,6 +170,16 @@ function editForm(drawer, task) {
   // The edit is against the version the form shows; a change made meanwhile is a conflict,
   // never silently overwritten.
   const base = task;
+  // Typed into since it was built from `base`: a rebuild of the forms around it keeps it.
+  form.addEventListener("input", () => {
+    details.dataset.unsaved = "true";
+  });
+  /** Drop the typed values: the next load builds the editor from the latest card. */
+  const rebuild = () => {
+    delete details.dataset.unsaved;
+    drawer.actionsFor = null;
+    drawer.markStale(["details"]);
+  };
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const values = formValues(form, { keepEmpty: true });
@@ -191,13 +204,9 @@ function editForm(drawer, task) {
     patch.if_version = base.version;
     drawer.submit(form, () => drawer.api.patch(`/tasks/${drawer.ref()}`, patch)).then((ok) => {
       if (ok) {
-        drawer.actionsFor = null; // rebuild the form from the saved values
-        drawer.markStale(["details"]);
+        rebuild(); // from the saved values
       } else if (/VERSION_CONFLICT/.test($(".form-error", form).textContent)) {
-        $(".form-error", form).append(
-          " ",
-          h("button", { type: "button", class: "link-button", onclick: () => { drawer.actionsFor = null; drawer.markStale(["details"]); } }, "Load the latest values"),
-        );
+        $(".form-error", form).append(" ", h("button", { type: "button", class: "link-button", onclick: rebuild }, "Load the latest values"));
       }
     });
   });
