@@ -1,7 +1,7 @@
 """What a person has typed in the open card's drawer but not saved yet survives the live updates
 that rebuild the forms around it, in real Chromium on a real ``taskd``: another client moving
-the card (an agent claiming it) changes which forms the drawer offers, and must not take the
-half-written edit with it."""
+the card (an agent claiming it, asking a question, being answered) changes which forms the
+drawer offers, and must not take the half-written edit or comment with it."""
 
 from __future__ import annotations
 
@@ -76,5 +76,27 @@ def test_a_saved_edit_still_closes_the_editor_with_the_saved_values(browser: Any
     page.locator("#panel-details .edit-form button[type=submit]").click()
     page.locator("#panel-details .prose.description", has_text="After again.").wait_for()
     assert board.api.get(f"/tasks/{task['id']}")["description"] == "After again."
+    page.context.close()
+    assert not board.problems, board.problems
+
+
+def test_a_half_written_comment_survives_the_card_being_asked_and_answered(browser: Any, board: Board) -> None:
+    task = board.task("Pick the database")
+    worker = board.api.as_actor("claude", "worker-1")
+    worker.post(f"/tasks/{task['id']}/claim")
+    page = open_page(browser, board, actor="carol")
+    open_drawer(page, task["identifier"])
+    page.click("#tab-comments")
+    comment = page.locator("#panel-comments .comment-form textarea[name=body]")
+    comment.fill("I think we should")
+
+    worker.post(f"/tasks/{task['id']}/ask", {"body": "SQLite or PostgreSQL?"})
+    page.locator("#panel-comments form[aria-label='Answer the question']").wait_for()
+    assert comment.input_value() == "I think we should", "the draft moved into the answer form"
+
+    comment.fill("I think we should use SQLite, but")
+    board.api.as_actor("human", "bob").post(f"/tasks/{task['id']}/comments", {"body": "SQLite.", "kind": "note"})
+    page.locator("#panel-comments form[aria-label='Add a comment']").wait_for()
+    assert comment.input_value() == "I think we should use SQLite, but"
     page.context.close()
     assert not board.problems, board.problems

@@ -11,12 +11,7 @@ const COMMENT_KINDS = ["note", "question", "discuss", "decision", "confirm", "ch
 export async function load(drawer, taskId, panel) {
   const items = await drawer.api.all(`/tasks/${q(taskId)}/comments`);
   const form = $(".tab-form", panel);
-  const task = drawer.state.tasks.get(taskId);
-  const mode = task.status === "awaiting" ? "answer" : "comment";
-  if (form.dataset.mode !== mode) {
-    form.dataset.mode = mode;
-    form.replaceChildren(commentForm(drawer, task));
-  }
+  placeCommentForm(drawer, drawer.state.tasks.get(taskId), form);
   if (!items.length) return h("p", { class: "muted" }, "No comments yet.");
   return h(
     "ol",
@@ -32,7 +27,25 @@ export async function load(drawer, taskId, panel) {
   );
 }
 
-export function commentForm(drawer, task) {
+/**
+ * Put the form the card's status asks for (an answer while it is awaiting, else a comment) in
+ * `area`. A live move between the two keeps what the person had typed and the kind they chose:
+ * the card changing under a half-written comment must not throw the comment away.
+ */
+export function placeCommentForm(drawer, task, area) {
+  const mode = task.status === "awaiting" ? "answer" : "comment";
+  if (area.dataset.mode === mode) return;
+  const previous = $("form", area);
+  area.dataset.mode = mode;
+  const form = commentForm(drawer, task);
+  if (previous) {
+    form.elements.body.value = previous.elements.body.value;
+    form.elements.kind.value = previous.elements.kind.value;
+  }
+  area.replaceChildren(form);
+}
+
+function commentForm(drawer, task) {
   const answering = task.status === "awaiting";
   const form = h(
     "form",

@@ -167,12 +167,8 @@ export class Drawer {
   taskUpdated(task) {
     if (!this.isOpenOn(task.id)) return;
     this.renderHead(task);
-    const commentForm = $(".tab-form", this.panels.get("comments"));
-    const mode = task.status === "awaiting" ? "answer" : "comment";
-    if (commentForm.dataset.mode && commentForm.dataset.mode !== mode) {
-      commentForm.dataset.mode = mode;
-      commentForm.replaceChildren(comments.commentForm(this, task));
-    }
+    const commentArea = $(".tab-form", this.panels.get("comments"));
+    if (commentArea.dataset.mode) comments.placeCommentForm(this, task, commentArea); // once the tab has drawn its form
     this.markStale(["details"]);
   }
 
