@@ -347,8 +347,14 @@ async function seed(meta, reason) {
   applyFilter();
   renderFeed();
   if (drawer.taskId !== null) {
-    if (state.tasks.has(drawer.taskId) && !changed) drawer.refreshTabs(drawer.taskId, ["*"]);
-    else drawer.close();
+    if (state.tasks.has(drawer.taskId) && !changed) {
+      // No frame may ever say what changed (a cursor under the floor): the head and the forms
+      // follow the card as just read, as they do after a card read.
+      drawer.taskUpdated(state.tasks.get(drawer.taskId));
+      drawer.refreshTabs(drawer.taskId, ["*"]);
+    } else {
+      drawer.close();
+    }
   }
   if (reason !== "initial" && reason !== "resync") toast(reason === "board_changed" ? "This is a different board now: reloaded." : `Reloaded the board (${reason}).`);
   if (reason === "resync") toast("Resynced with the board.");
