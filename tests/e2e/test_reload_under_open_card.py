@@ -29,15 +29,20 @@ def board(taskd: TaskdProcess) -> Board:
     return start_board(taskd)
 
 
-def change_and_compact_while_down(taskd: TaskdProcess, task_id: str) -> None:
-    """Retitle and move the card straight in the file, then compact the log through its head, as
-    the board's daily compaction would have: the page's cursor is now below the floor."""
+def change_and_compact_while_down(taskd: TaskdProcess, task_id: str, *, archive: bool = False) -> None:
+    """Retitle and move the card (or cancel and archive it) straight in the file, then compact
+    the log through its head, as the board's daily compaction would have: the page's cursor is
+    now below the floor."""
     store = SqliteStore(taskd.data_dir / "board.sqlite")
     store.open()
     try:
         night = Actor("claude", "night-shift")
-        store.run_command(task_commands.update_task, night, task_id, title="Renamed overnight")
-        store.run_command(task_commands.move_task, night, task_id, to="backlog")
+        if archive:
+            store.run_command(task_commands.move_task, night, task_id, to="canceled")
+            store.run_command(task_commands.archive_task, night, task_id)
+        else:
+            store.run_command(task_commands.update_task, night, task_id, title="Renamed overnight")
+            store.run_command(task_commands.move_task, night, task_id, to="backlog")
         head = store.run_query(head_revision)
         chosen = store.run_query(compaction.plan, through=head, older_than_days=None, now=datetime.now(UTC))
         archive = store.run_query(compaction.write_archive, taskd.data_dir, chosen)
@@ -67,5 +72,28 @@ def test_the_open_drawer_shows_the_card_as_reloaded_after_an_expired_cursor(
     head = page.locator("#drawer .drawer-head")
     head.locator(".drawer-title", has_text="Renamed overnight").wait_for()
     head.locator(".drawer-meta .status-pill", has_text="Backlog").wait_for()
+    page.context.close()
+    assert not board.problems, board.problems
+
+
+def test_the_open_drawer_closes_when_the_reload_finds_its_card_archived(
+    browser: Any, board: Board, taskd: TaskdProcess
+) -> None:
+    task = board.task("Archived before the morning")
+    page = open_page(browser, board)
+    card(page, task["identifier"]).locator(".card-button").click()
+    page.locator("#drawer .drawer-title", has_text="Archived before the morning").wait_for()
+    port = int(taskd.url.rsplit(":", 1)[1])
+
+    assert taskd.stop() == 0
+    page.wait_for_selector("#connection[data-state=reconnecting]")
+    change_and_compact_while_down(taskd, task["id"], archive=True)
+    taskd.start(port=port)
+
+    page.locator(".toast", has_text="CURSOR_EXPIRED").wait_for(timeout=RECONNECT_TIMEOUT_MS)
+    card(page, task["identifier"]).wait_for(state="detached")
+    # As when a live frame says so: the card is off the board, so its drawer closes and says why.
+    page.locator("#drawer").wait_for(state="hidden")
+    page.locator(".toast", has_text=f"{task['identifier']} was archived.").wait_for()
     page.context.close()
     assert not board.problems, board.problems

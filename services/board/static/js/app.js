@@ -1,7 +1,7 @@
 // The board page: wires the live stream, the router, the state and the views together.
 
 import { Api, ApiError, q } from "./api.js";
-import { BoardState } from "./board-state.js";
+import { BoardState, visible } from "./board-state.js";
 import { BoardView } from "./board-view.js";
 import { BoardWork } from "./board-work.js";
 import { ConditionState, signalOfRow } from "./conditions.js";
@@ -347,13 +347,16 @@ async function seed(meta, reason) {
   applyFilter();
   renderFeed();
   if (drawer.taskId !== null) {
-    if (state.tasks.has(drawer.taskId) && !changed) {
-      // No frame may ever say what changed (a cursor under the floor): the head and the forms
-      // follow the card as just read, as they do after a card read.
-      drawer.taskUpdated(state.tasks.get(drawer.taskId));
+    // No frame may ever say what changed (a cursor under the floor): the drawer follows the card
+    // as just read, as it does after a card read: its head and forms, or closed once it is off
+    // the board (archived meanwhile, or gone).
+    const open = changed ? null : state.tasks.get(drawer.taskId);
+    if (open && visible(open, state.projectId)) {
+      drawer.taskUpdated(open);
       drawer.refreshTabs(drawer.taskId, ["*"]);
     } else {
       drawer.close();
+      if (open && open.archived_at) toast(`${open.identifier} was archived.`);
     }
   }
   if (reason !== "initial" && reason !== "resync") toast(reason === "board_changed" ? "This is a different board now: reloaded." : `Reloaded the board (${reason}).`);
