@@ -259,6 +259,18 @@ def signal(*, signal: dict[str, Any]) -> dict[str, Any]:
     return {"type": "signal", "signal": signal}
 
 
+#: The record type, and the wake name the loop subscriber gives it (TASKLOOM_WAKE_EVENTS).
+SIGNALS_MISSED: Final = "signals_missed"
+
+
+def signals_missed() -> dict[str, Any]:
+    """The hub's link to the board was down and has opened again: the signals the board sent
+    meanwhile, and those its own start fired (a restart fires every deadline that passed while it
+    was down, before any stream is open), reached no follower. Like a signal it has no
+    ``revision`` and is never replayed; the follower reads ``GET /api/v1/breaches``."""
+    return {"type": SIGNALS_MISSED}
+
+
 def heartbeat(*, revision: int | None) -> dict[str, Any]:
     return {"type": "heartbeat", "revision": revision}
 

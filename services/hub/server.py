@@ -436,6 +436,13 @@ class Hub:
         # Every open, the first included: a card may have changed while the board was away (or
         # before this hub could reach it at start), and the replay only names what it replays.
         self.registrations.mark_all()
+        if connects > 1:
+            # The link was down: the replay brings back the rows, never the signals the board sent
+            # meanwhile, nor those its restart fired before any stream was open. Say so to
+            # whoever follows (a loop subscriber wakes its supervisor, which reads /breaches).
+            line = encode_line(hp.signals_missed())
+            for connection in self.followers:
+                connection.push_signal(line)
 
     def board_unauthorized(self, message: str) -> None:
         """The board refused our token (rotated): tell every session, then stop for good.

@@ -90,11 +90,16 @@ async def test_board_restart_under_a_live_follower(taskd: TaskdProcess, runtime:
             await comment(f"after {n}")
 
         got = []
+        missed = 0
         while len(got) < 11:
             line = await runtime.line(follower)
-            assert line["type"] in ("event", "heartbeat"), f"the follower saw {line} across a board restart"
+            assert line["type"] in ("event", "heartbeat", "signals_missed"), (
+                f"the follower saw {line} across a board restart")
             if line["type"] == "event":
                 got.append(line)
+            missed += line["type"] == "signals_missed"
+        # The restart is a pause, and the follower is told once that signals of it reached no one.
+        assert missed == 1
         kinds = [m["activity"]["event"] for m in got]
         assert kinds == ["comment_added"] * 3 + ["task_updated"] * 5 + ["comment_added"] * 3
         assert [m["revision"] for m in got[3:8]] == during
