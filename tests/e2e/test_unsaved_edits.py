@@ -25,6 +25,13 @@ def open_drawer(page: Any, identifier: str) -> None:
     page.locator("#panel-details .facts").wait_for()
 
 
+def open_editor(page: Any) -> None:
+    """Open the card's editor and wait until it holds the card's text: the page fills the
+    description on the editor's ``toggle`` event, which the browser fires after the click."""
+    page.click("#panel-details details.edit summary")
+    page.locator("#panel-details details.edit[open] textarea[name=description][data-filled=true]").wait_for()
+
+
 def wait_for_status(page: Any, status: str) -> None:
     """The drawer's head and its details tab both show ``status`` (the forms were rebuilt for it)."""
     page.locator(f"#drawer .drawer-meta [data-status={status}]").wait_for()
@@ -38,7 +45,7 @@ def test_an_unsaved_edit_survives_another_client_claiming_the_card(browser: Any,
     task = board.task("Write the onboarding guide", description="The first draft.")
     page = open_page(browser, board, actor="carol")
     open_drawer(page, task["identifier"])
-    page.click("#panel-details details.edit summary")
+    open_editor(page)
     editor = page.locator("#panel-details .edit-form")
     editor.locator("textarea[name=description]").fill("A long description I am still writing.")
     editor.locator("input[name=title]").fill("Write the onboarding guide, part one")
@@ -64,13 +71,13 @@ def test_a_saved_edit_still_closes_the_editor_with_the_saved_values(browser: Any
     task = board.task("Edit me", description="Before.")
     page = open_page(browser, board, actor="carol")
     open_drawer(page, task["identifier"])
-    page.click("#panel-details details.edit summary")
+    open_editor(page)
     page.locator("#panel-details textarea[name=description]").fill("After.")
     page.locator("#panel-details .edit-form button[type=submit]").click()
     page.locator("#panel-details .prose.description", has_text="After.").wait_for()
     page.locator("#panel-details details.edit:not([open])").wait_for()
     # The rebuilt editor starts from the saved card: a second edit saves without a conflict.
-    page.click("#panel-details details.edit summary")
+    open_editor(page)
     assert page.locator("#panel-details textarea[name=description]").input_value() == "After."
     page.locator("#panel-details textarea[name=description]").fill("After again.")
     page.locator("#panel-details .edit-form button[type=submit]").click()
