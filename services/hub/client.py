@@ -351,8 +351,9 @@ class StopResult:
 
 
 async def stop_hub(files: HubFiles, *, timeout: float = STOP_TIMEOUT) -> StopResult:
-    """Signal the hub that both the pointer and the lock name; never speaks the socket protocol,
-    so it works on a hub of any generation."""
+    """Signal the hub that both the pointer and the lock name (this user's own files and process:
+    ``pointer.read_own_json``); never speaks the socket protocol, so it works on a hub of any
+    generation."""
     record = read_pointer(files)
     holder = read_lock_pid(files)
     if record is None:
@@ -363,6 +364,9 @@ async def stop_hub(files: HubFiles, *, timeout: float = STOP_TIMEOUT) -> StopRes
         return StopResult(files.key, pid, False, f"the hub (pid {pid}) is not running; removed its stale pointer")
     if holder != pid:
         return StopResult(files.key, pid, False, f"pointer names pid {pid} but the lock names {holder}; not signalling")
+    if not process_of_ours(pid):
+        # A hub that died leaves both naming its pid, which another user's process may now hold.
+        return StopResult(files.key, pid, False, f"pid {pid} is not a process of this user; not signalling")
     gone = await stop_pid(pid, timeout=timeout, kill=False)
     return StopResult(files.key, pid, gone, f"stopped the hub (pid {pid})" if gone else f"the hub (pid {pid}) is still stopping")
 

@@ -10,6 +10,11 @@
   about to lock would let two processes each lock a different inode.
 - ``hub-<key>.log``: structlog JSON lines.
 - ``hub-<key>.registrations.json``: detached card-brief registrations (SPEC §7.4).
+
+The pointer and the lock name a pid that ``--stop`` signals and a port a client sends its proof
+to, so they are believed only as this uid's own files in a directory of this uid that nobody else
+may write (:func:`read_own_json`): the runtime directory is whatever ``TASKLOOM_RUNTIME_DIR``
+says, and another user may create ``/tmp/x`` before it is named there (docs/security.md).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,8 +71,41 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
+#: Mode bits that let another user change a file, or a directory's entries.
+GROUP_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def _ours_alone(info: os.stat_result) -> bool:
+    """Whether this uid owns what ``info`` describes and no other user may change it."""
+    if not hasattr(os, "geteuid"):
+        return True  # pragma: no cover - Windows: the ACLs of the profile directory decide
+    return info.st_uid == os.geteuid() and not info.st_mode & GROUP_OTHER_WRITE
+
+
+def read_own_json(path: Path) -> dict[str, Any] | None:
+    """:func:`read_json` of a regular file (not a link) that this uid owns and nobody else may
+    write, in a directory likewise; None for anything else, as for a missing file."""
+    try:
+        if not _ours_alone(os.stat(path.parent)):
+            return None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or not _ours_alone(info):
+            return None
+        with os.fdopen(fd, encoding="utf-8", closefd=False) as handle:
+            record = json.loads(handle.read())
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+    return record if isinstance(record, dict) else None
+
+
 def read_pointer(files: HubFiles) -> dict[str, Any] | None:
-    record = read_json(files.pointer)
+    record = read_own_json(files.pointer)
     if record is None or not isinstance(record.get("pid"), int) or not isinstance(record.get("port"), int):
         return None
     return record
@@ -104,7 +143,7 @@ def process_of_ours(pid: object) -> bool:
 
 def read_lock_pid(files: HubFiles) -> int | None:
     """The pid the lock file names (its holder, if that process still holds it)."""
-    record = read_json(files.lock)
+    record = read_own_json(files.lock)
     pid = record.get("pid") if record else None
     return pid if isinstance(pid, int) else None
 
