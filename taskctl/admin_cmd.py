@@ -44,15 +44,18 @@ def rotate() -> None:
 def open_board(print_only: bool) -> None:
     """Open the board in a browser with a one-time login link (printed when no browser)."""
     inv = current()
+    browse = not print_only and not inv.out.json
+    # Before any code is minted: the page that carries it goes only into a directory of ours.
+    pages = _login_page_dir() if browse else None
     link = inv.call("POST", "/login-links", {})["url"]
     opened = False
-    if not print_only and not inv.out.json:
+    if pages is not None:
         import webbrowser
 
         try:
             # Never the link itself: a browser's argv is readable by every local user (``ps``),
             # who would redeem the code first. The browser gets an owner-only page that sends it on.
-            opened = webbrowser.open(_login_page(link).as_uri())
+            opened = webbrowser.open(_login_page(pages, link).as_uri())
         except (webbrowser.Error, OSError):
             opened = False
 
@@ -70,10 +73,25 @@ def open_board(print_only: bool) -> None:
 LOGIN_PAGE = "login.html"
 
 
-def _login_page(link: str) -> Path:
-    """An owner-only page that takes the browser to ``link`` at once; its path is no secret."""
+def _login_page_dir() -> Path:
+    """The runtime directory, created 0700 or tightened, for the login page; refused when
+    another user owns it: whoever owns a directory may read a page of theirs we write into (or
+    swap ours before the browser loads it), and another user may create ``/tmp/x`` before it is
+    named ``TASKLOOM_RUNTIME_DIR`` (docs/security.md)."""
+    from services.board.files import NotOwned, ensure_private_dir
+
     directory = runtime_dir(os.environ, Path.home()).expanduser().absolute()
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        ensure_private_dir(directory)
+    except NotOwned as exc:
+        raise TaskctlError("VALIDATION_FAILED", str(exc), details={"runtime_dir": str(directory)},
+                           hint="name a runtime directory of your own (TASKLOOM_RUNTIME_DIR), or pass --print") from None
+    return directory
+
+
+def _login_page(directory: Path, link: str) -> Path:
+    """An owner-only page in ``directory`` (:func:`_login_page_dir`) that takes the browser to
+    ``link`` at once; its path is no secret."""
     path = directory / LOGIN_PAGE
     quoted = html.escape(link, quote=True)
     page = (
