@@ -21,7 +21,9 @@ import pytest
 
 from tests.support.waiting import wait_until
 
-USER = "tlother"
+#: One account per pytest worker: each worker's session creates its own and removes it at its end,
+#: which must not pull the account from under a test another worker is still running.
+USER = "tlother" + (f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else "")
 #: A Python every uid can run (the venv's lives under /root, which is 0700).
 SYSTEM_PYTHON = "/usr/bin/python3"
 
