@@ -149,6 +149,14 @@ def check_url(url: str) -> None:
         raise StoreUnreachable(f"--database takes a postgresql://host:port/dbname URL, not {url.split(':', 1)[0]!r}")
 
 
+def holds_password(url: str) -> bool:
+    """Whether ``url`` carries a password (``user:secret@``, or ``?password=``)."""
+    try:
+        return bool(conninfo_to_dict(url).get("password"))
+    except psycopg.ProgrammingError:
+        return False  # connect() says what is wrong with the URL
+
+
 def migration_files() -> list[tuple[int, str, str]]:
     """The numbered PostgreSQL migration scripts shipped with this code, in order: number, file
     name, text."""

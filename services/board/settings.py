@@ -88,12 +88,19 @@ class DatabaseUrlParam(_TextParamBase):
         if not text.strip():
             self.fail("is empty: give a postgresql://host:port/dbname URL, or leave the option out for "
                       "board.sqlite in the data directory", param, ctx)
-        from .postgres_store import check_url  # psycopg is loaded only by a board that uses it
+        from .postgres_store import check_url, holds_password  # psycopg is loaded only by a board that uses it
 
         try:
             check_url(text)
         except StoreUnreachable as exc:
             self.fail(str(exc), param, ctx)
+        given_as_argument = ctx is not None and param is not None and param.name is not None and \
+            ctx.get_parameter_source(param.name) is click.core.ParameterSource.COMMANDLINE
+        if given_as_argument and holds_password(text):
+            # As taskctl refuses a token value on its command line: argv is every local user's to
+            # read (ps, /proc/<pid>/cmdline), for as long as the board runs. The URL is not echoed.
+            self.fail("holds a password, which every local user can read on a command line (ps): give the URL "
+                      "in TASKLOOM_DATABASE_URL, or the password in a passfile (~/.pgpass, PGPASSFILE)", param, ctx)
         return text
 
 

@@ -57,12 +57,11 @@ async def test_the_backup_route_names_pg_dump_and_writes_nothing(
 
 
 async def test_board_status_on_postgresql_reports_the_servers_durability(
-    pg_board: tuple[RunningBoard, BoardClient], postgres_url: str
+    pg_board: tuple[RunningBoard, BoardClient], postgres_url: str, pg_cluster: Cluster
 ) -> None:
     _, client = pg_board
     status = (await client.get(f"{API}/board/status")).body
-    password = urlsplit(postgres_url).password
-    assert password and password not in str(status)
+    assert pg_cluster.password not in str(status)
     with psycopg.connect(postgres_url) as conn:
         setting = conn.execute("SHOW synchronous_commit").fetchone()
     assert setting is not None
@@ -109,7 +108,9 @@ def schema_tables(url: str) -> list[str]:
 
 
 @pytest.mark.parametrize("how", ["flag", "environment"])
-def test_taskd_restore_refuses_a_postgresql_setup_and_changes_nothing(tmp_path: Path, postgres_url: str, how: str) -> None:
+def test_taskd_restore_refuses_a_postgresql_setup_and_changes_nothing(
+    tmp_path: Path, postgres_url: str, pg_cluster: Cluster, how: str
+) -> None:
     backup = tmp_path / "backup.sqlite"
     backup.write_bytes(b"SQLite format 3\x00" + bytes(84))
     data_dir = tmp_path / "data"
@@ -121,7 +122,7 @@ def test_taskd_restore_refuses_a_postgresql_setup_and_changes_nothing(tmp_path: 
     assert result.returncode == 1, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "PostgreSQL" in lines[0] and "pg_restore" in lines[0] and "nothing was changed" in lines[0]
-    assert urlsplit(postgres_url).password not in result.stderr
+    assert pg_cluster.password not in result.stderr
     assert not data_dir.exists(), "the data directory was not even created"
     assert schema_tables(postgres_url) == [], "the database was not touched"
 
@@ -146,7 +147,7 @@ def test_durability_normal_with_a_postgresql_database_is_refused_before_anything
 
 def client_program(cluster: Cluster, name: str, url: str, *args: str) -> subprocess.CompletedProcess[str]:
     parts = urlsplit(url)
-    env = {**os.environ, "PGPASSWORD": parts.password or ""}
+    env = {**os.environ, **({"PGPASSWORD": parts.password} if parts.password else {})}
     return subprocess.run(
         [str(cluster.binaries.bindir / name), "--host", str(parts.hostname), "--port", str(parts.port),
          "--username", str(parts.username), *args],

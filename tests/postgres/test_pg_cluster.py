@@ -57,7 +57,8 @@ def test_the_cluster_listens_on_loopback_only_and_asks_for_the_password(pg_clust
         assert conn.execute("SHOW listen_addresses").fetchone() == ("127.0.0.1",)
         assert conn.execute("SHOW fsync").fetchone() == ("off",)
         assert conn.execute("SELECT current_setting('server_version_num')::int / 10000").fetchone()[0] >= 15  # type: ignore[index]
-    wrong = pg_cluster.admin_url.replace(pg_cluster.password, "wrong")
+    wrong = pg_cluster.admin_url.replace("postgres@", "postgres:wrong@", 1)
+    assert wrong != pg_cluster.admin_url  # a password given outright wins over the passfile's
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         psycopg.connect(wrong, connect_timeout=5)
     if os.geteuid() == 0:  # PostgreSQL refuses root: the server runs as the unprivileged user

@@ -55,9 +55,10 @@ def clean_env() -> dict[str, str]:
 
 
 def serve(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:
-    env = {**clean_env(), "TASKLOOM_RUNTIME_DIR": str(tmp_path / "run")}
+    # In the environment: a URL holding a password (another role's, below) is refused in argv.
+    env = {**clean_env(), "TASKLOOM_RUNTIME_DIR": str(tmp_path / "run"), "TASKLOOM_DATABASE_URL": url}
     return subprocess.run(
-        [str(VENV_BIN / "taskd"), "serve", "--port", "0", "--data-dir", str(tmp_path / "data"), "--database", url],
+        [str(VENV_BIN / "taskd"), "serve", "--port", "0", "--data-dir", str(tmp_path / "data")],
         env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False,
     )
 

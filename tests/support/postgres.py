@@ -150,7 +150,17 @@ class Cluster:
         return self.url("postgres")
 
     def url(self, dbname: str) -> str:
-        return f"postgresql://{SUPERUSER}:{self.password}@127.0.0.1:{self.port}/{dbname}"
+        """No password in it: every client finds it in the cluster's passfile (``PGPASSFILE``), as
+        an operator's would, and ``taskd serve --database`` refuses a URL holding one."""
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
+
+    def _write_passfile(self) -> None:
+        """The password for libpq, in an owner-only passfile this process's clients and the boards
+        and benches it starts read through ``PGPASSFILE``."""
+        passfile = self.base / "pgpass"
+        passfile.write_text(f"127.0.0.1:{self.port}:*:{SUPERUSER}:{self.password}\n", encoding="utf-8")
+        passfile.chmod(0o600)  # libpq ignores a passfile others may read
+        os.environ["PGPASSFILE"] = str(passfile)
 
     # -- running the server's programs ----------------------------------------------------------
 
@@ -218,6 +228,7 @@ class Cluster:
             )
             if result.returncode == 0:
                 self._running = True
+                self._write_passfile()
                 self._wait_until_accepting()
                 return
             failures.append(f"port {self.port}: {result.stdout}{result.stderr}{self._log_tail()}")
@@ -286,8 +297,8 @@ class Cluster:
         if self.binaries.psql is None:
             raise PostgresMissing(f"no psql found next to {self.binaries.bindir} or on PATH. {INSTALL}")
         parts = urlsplit(url)
-        # The password goes in the environment, not on a command line other users' `ps` shows.
-        env = {**os.environ, "PGPASSWORD": parts.password or ""}
+        # A password goes in the environment, not on a command line other users' `ps` shows.
+        env = {**os.environ, **({"PGPASSWORD": parts.password} if parts.password else {})}
         bare = parts._replace(netloc=f"{parts.username}@{parts.hostname}:{parts.port}").geturl()
         return subprocess.run(
             [str(self.binaries.psql), "--no-psqlrc", "--quiet", "--set", "ON_ERROR_STOP=1", "--dbname", bare,
