@@ -28,14 +28,15 @@ from pathlib import Path
 import pytest
 
 from tests.support.board import VENV_BIN, TaskdProcess
+from tests.support.other_user import REDEEM_LOGIN
 
 CHROMIUM = "/usr/bin/chromium"
 NOBODY = 65534
 
 #: Another local user: scans every process's argv for a login link and redeems the first it sees.
-WATCHER = textwrap.dedent(
+WATCHER = REDEEM_LOGIN + textwrap.dedent(
     r"""
-    import http.client, json, os, re, select, sys, urllib.parse
+    import json, os, re, select, sys, urllib.parse
     board = urllib.parse.urlsplit(sys.argv[1])
     pattern = re.compile(rb"http://[^\x00 ]+/login\?code=[A-Za-z0-9_-]+")
     me = os.getpid()
@@ -60,19 +61,7 @@ WATCHER = textwrap.dedent(
             continue
         pid, link = found
         url = urllib.parse.urlsplit(link)
-        conn = http.client.HTTPConnection(board.hostname, board.port, timeout=10)
-        conn.request("GET", f"{url.path}?{url.query}")
-        answer = conn.getresponse()
-        answer.read()
-        cookie = next((v.split(";")[0] for k, v in answer.getheaders()
-                       if k.lower() == "set-cookie" and v.startswith("taskloom_session_")), None)
-        meta = None
-        if cookie:
-            conn.request("GET", "/api/v1/meta", headers={"Cookie": cookie})
-            reply = conn.getresponse()
-            meta = [reply.status, reply.read().decode()[:200]]
-        print(json.dumps({"uid": os.getuid(), "pid": pid, "link": link, "login_status": answer.status,
-                          "got_cookie": cookie is not None, "meta_with_cookie": meta}), flush=True)
+        print(json.dumps({**redeem(board, f"{url.path}?{url.query}"), "pid": pid, "link": link}), flush=True)
         break
     """
 )

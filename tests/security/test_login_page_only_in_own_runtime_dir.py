@@ -23,14 +23,14 @@ import subprocess
 from pathlib import Path
 
 from tests.support.board import VENV_BIN, TaskdProcess
-from tests.support.other_user import OtherUser, other_user  # noqa: F401 (fixture)
+from tests.support.other_user import REDEEM_LOGIN, OtherUser, other_user  # noqa: F401 (fixture)
 from tests.support.waiting import wait_until
 
 #: The other user: its own runtime directory, a ``login.html`` in it that anyone may write, held
 #: open; a code that appears there is redeemed at the board. It stops when the test leaves
 #: ``done`` in the directory.
-PLANT = r"""
-import http.client, json, os, re, sys, time, urllib.parse
+PLANT = REDEEM_LOGIN + r"""
+import json, os, re, sys, time, urllib.parse
 runtime, board = sys.argv[1], urllib.parse.urlsplit(sys.argv[2])
 os.umask(0)
 os.makedirs(runtime, mode=0o777)
@@ -45,19 +45,7 @@ while True:
             break
         time.sleep(0.002)  # a polling interval, as tests.support.waiting polls: the page is read again
         continue
-    conn = http.client.HTTPConnection(board.hostname, board.port, timeout=10)
-    conn.request("GET", found.group().decode())
-    answer = conn.getresponse()
-    answer.read()
-    cookie = next((v.split(";")[0] for k, v in answer.getheaders()
-                   if k.lower() == "set-cookie" and v.startswith("taskloom_session_")), None)
-    meta = None
-    if cookie:
-        conn.request("GET", "/api/v1/meta", headers={"Cookie": cookie})
-        reply = conn.getresponse()
-        meta = [reply.status, reply.read().decode()[:200]]
-    print(json.dumps({"uid": os.getuid(), "link": found.group().decode(), "login_status": answer.status,
-                      "got_cookie": cookie is not None, "meta_with_cookie": meta}), flush=True)
+    print(json.dumps({**redeem(board, found.group().decode()), "link": found.group().decode()}), flush=True)
     break
 """
 

@@ -27,6 +27,29 @@ USER = "tlother" + (f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("P
 #: A Python every uid can run (the venv's lives under /root, which is 0700).
 SYSTEM_PYTHON = "/usr/bin/python3"
 
+#: Standard-library code for the other user's scripts: redeem a login path (``/login?code=…``) it
+#: found at the board ``board`` (a urlsplit result), and what that got it: a session cookie, and
+#: with it the board's meta. Put at the top of a script, before the code that calls it.
+REDEEM_LOGIN = r"""
+import http.client, os
+
+
+def redeem(board, path_and_query):
+    conn = http.client.HTTPConnection(board.hostname, board.port, timeout=10)
+    conn.request("GET", path_and_query)
+    answer = conn.getresponse()
+    answer.read()
+    cookie = next((v.split(";")[0] for k, v in answer.getheaders()
+                   if k.lower() == "set-cookie" and v.startswith("taskloom_session_")), None)
+    meta = None
+    if cookie:
+        conn.request("GET", "/api/v1/meta", headers={"Cookie": cookie})
+        reply = conn.getresponse()
+        meta = [reply.status, reply.read().decode()[:200]]
+    return {"uid": os.getuid(), "login_status": answer.status, "got_cookie": cookie is not None,
+            "meta_with_cookie": meta}
+"""
+
 
 @dataclass
 class OtherUser:
