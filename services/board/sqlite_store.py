@@ -129,6 +129,11 @@ def _statements(script: str) -> list[str]:
     return statements
 
 
+#: How long a start waits for another process that is creating or upgrading the same file, seconds:
+#: it holds the write lock for all its scripts, which on a loaded machine outlasts sqlite3's 5 s.
+MIGRATION_BUSY_TIMEOUT_S: Final = 30.0
+
+
 def migrate(path: Path) -> None:
     """Create or upgrade the file; a file from a newer schema is refused before anything is written.
 
@@ -141,7 +146,7 @@ def migrate(path: Path) -> None:
     if known is not None:
         _refuse_newer(path, known, latest)
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=MIGRATION_BUSY_TIMEOUT_S)
     try:
         _refuse_newer(path, conn.execute("PRAGMA user_version").fetchone()[0], latest)
         conn.execute("PRAGMA journal_mode = WAL")

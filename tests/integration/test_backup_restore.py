@@ -132,9 +132,11 @@ class HubFollower:
         return orjson.loads(line)
 
     async def next_record(self) -> dict[str, Any]:
+        """The next record about the log: a heartbeat says nothing of it, and ``signals_missed``
+        (sent once the hub reaches the restarted board) only that signals may have been lost."""
         while True:
             record = await self.recv()
-            if record["type"] != "heartbeat":
+            if record["type"] not in ("heartbeat", hp.SIGNALS_MISSED):
                 return record
 
     async def close(self) -> None:
