@@ -51,6 +51,12 @@ def redact(text: str) -> str:
     return _TOKEN_PATTERN.sub("tl_[redacted]", text)
 
 
+def quotable(text: str) -> str:
+    """``text`` as an error message may quote it: a lone surrogate (bytes that were not UTF-8, or
+    half of a UTF-16 pair) written as its escape, so the message encodes; at most 200 characters."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:200]
+
+
 def redact_json(value: Any) -> Any:
     """``redact`` through a JSON value, every string of it (keys too): a structured answer hides
     what the same answer printed as text hides."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import TaskctlError
+from .errors import TaskctlError, quotable
 
 if TYPE_CHECKING:
     import http.client
@@ -44,7 +44,7 @@ def _utf8(value: str) -> bytes:
         return value.encode("utf-8")
     except UnicodeEncodeError:
         raise TaskctlError(
-            "VALIDATION_FAILED", f"{value.encode('utf-8', 'backslashreplace').decode()[:200]} is not UTF-8 text",
+            "VALIDATION_FAILED", f"{quotable(value)} is not UTF-8 text",
             hint="check the terminal's or the script's encoding: the board takes UTF-8 only",
         ) from None
 

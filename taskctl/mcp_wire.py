@@ -30,7 +30,7 @@ import pydantic
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 
-from .errors import TaskctlError
+from .errors import TaskctlError, quotable
 
 #: A request's id as JSON-RPC allows it (a bool is not one, though Python calls it an int).
 RequestId = int | str
@@ -51,11 +51,6 @@ def lone_surrogates(value: Any, where: str = "") -> Iterator[str]:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from lone_surrogates(item, f"{where}[{index}]")
-
-
-def _printable(text: str) -> str:
-    """``text`` with its surrogates written as escapes, so an answer quoting it encodes."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:200]
 
 
 def _unread(error: pydantic.ValidationError) -> tuple[bool, Any]:
@@ -98,11 +93,11 @@ def answer(error: Exception, tool_refusal: Callable[[TaskctlError], dict[str, An
                 " no board text can hold one")
         params = message.get("params")
         if message.get("method") == "tools/call" and isinstance(params, dict) and halves[0].startswith(ARGUMENT):
-            where = f"the argument {_printable(halves[0].removeprefix(ARGUMENT))} of {_printable(str(params.get('name')))}"
+            where = f"the argument {quotable(halves[0].removeprefix(ARGUMENT))} of {quotable(str(params.get('name')))}"
             refused = TaskctlError("VALIDATION_FAILED", f"{where} {held}",
                                    hint="send the text as whole characters (a surrogate pair joined, or the character itself)")
             return SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=tool_refusal(refused)))
-        return _error(request_id, types.INVALID_PARAMS, f"Invalid params: {_printable(halves[0])} {held}")
+        return _error(request_id, types.INVALID_PARAMS, f"Invalid params: {quotable(halves[0])} {held}")
     if shaped:
         return _error(request_id, types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message MCP reads")
     return _error(request_id, types.PARSE_ERROR, "Parse error: the line is not JSON as MCP reads it")

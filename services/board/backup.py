@@ -174,8 +174,8 @@ def backup(database: Path, target: Path, attachments_dir: Path) -> BackupResult:
     return BackupResult(target, board_id, revision, target.stat().st_size, time.monotonic() - started, blobs)
 
 
-#: What SQLite says when the target's disk is full, and when its directory cannot be written.
-_SQLITE_FULL: Final = sqlite3.SQLITE_FULL
+#: What SQLite says (besides SQLITE_FULL) and the errnos that mean the target's directory cannot be
+#: written, and the errnos of a full disk.
 _SQLITE_UNWRITABLE: Final = frozenset({sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM})
 _FULL_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 _UNWRITABLE_ERRNOS: Final = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
@@ -187,7 +187,7 @@ def _target_unwritable(target: Path, exc: BaseException) -> TaskloomError | None
     other failure. The board's own file is only read by a backup, so these are the target's."""
     if isinstance(exc, sqlite3.Error):
         code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        full, unwritable, reason = code == _SQLITE_FULL, code in _SQLITE_UNWRITABLE, str(exc)
+        full, unwritable, reason = code == sqlite3.SQLITE_FULL, code in _SQLITE_UNWRITABLE, str(exc)
     elif isinstance(exc, OSError):
         full, unwritable, reason = exc.errno in _FULL_ERRNOS, exc.errno in _UNWRITABLE_ERRNOS, exc.strerror or str(exc)
     else:

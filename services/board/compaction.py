@@ -19,7 +19,6 @@ Readers below the floor are told so: SSE and ``/activities`` answer ``410 CURSOR
 from __future__ import annotations
 
 import asyncio
-import errno
 import gzip
 import weakref
 from collections.abc import AsyncIterator
@@ -38,7 +37,7 @@ from shared.timestamps import format_timestamp
 
 from .files import atomic_writer
 from .queries import activities
-from .store import Tx, WriterStore
+from .store import Tx, WriterStore, disk_refused
 
 log = structlog.get_logger("taskd.compaction")
 
@@ -141,12 +140,8 @@ def write_archive(conn: Any, data_dir: Path, chosen: Plan) -> Path:
     except OSError as exc:
         # A full (or read-only, or failing) disk: what any write there answers, not a 500. Nothing
         # was removed: the rows go only once their archive is whole (the writer left no temp file).
-        raise TaskloomError(
-            "STORE_UNAVAILABLE",
-            f"the archive could not be written in {target.parent}: {exc.strerror or exc}; nothing was removed",
-            details={"errno": errno.errorcode.get(exc.errno or 0, "EIO"), "retry_after": 1},
-            hint="free space on the board's disk (its data directory) and compact again",
-        ) from exc
+        raise disk_refused(exc, f"the archive could not be written in {target.parent}", then="; nothing was removed",
+                           hint="free space on the board's disk (its data directory) and compact again") from exc
     return target
 
 

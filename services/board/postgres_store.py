@@ -149,12 +149,18 @@ def check_url(url: str) -> None:
         raise StoreUnreachable(f"--database takes a postgresql://host:port/dbname URL, not {url.split(':', 1)[0]!r}")
 
 
+def url_settings(url: str) -> dict[str, Any]:
+    """The connection settings a URL names (``user:secret@`` and ``?key=value`` alike); none for a
+    URL libpq cannot read, which ``connect()`` then refuses saying why."""
+    try:
+        return dict(conninfo_to_dict(url))
+    except psycopg.ProgrammingError:
+        return {}
+
+
 def holds_password(url: str) -> bool:
     """Whether ``url`` carries a password (``user:secret@``, or ``?password=``)."""
-    try:
-        return bool(conninfo_to_dict(url).get("password"))
-    except psycopg.ProgrammingError:
-        return False  # connect() says what is wrong with the URL
+    return bool(url_settings(url).get("password"))
 
 
 def migration_files() -> list[tuple[int, str, str]]:
@@ -406,11 +412,7 @@ def session_name(url: str, purpose: str) -> dict[str, Any]:
     """``application_name`` for a session of the board (``taskd writer``, ``taskd reader``, ``taskd
     log``…), so ``pg_stat_activity`` tells an operator which is which; none when the URL names one
     itself, which is the operator's to choose."""
-    try:
-        named = "application_name" in conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        named = False  # connect() says what is wrong with the URL
-    return {} if named else {"application_name": f"taskd {purpose}"}
+    return {} if "application_name" in url_settings(url) else {"application_name": f"taskd {purpose}"}
 
 
 def connect(url: str, *, autocommit: bool = True, purpose: str = "") -> psycopg.Connection[Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import queue
 import threading
@@ -151,6 +152,18 @@ def store_unavailable(
         details={**details, "retry_after": 1},
         hint=(f"nothing was written; retry in a moment. If it persists, check {check}" if nothing_written
               else f"retry in a moment; if it persists, check {check}"),
+    )
+
+
+def disk_refused(exc: OSError, what: str, *, then: str = "", hint: str) -> TaskloomError:
+    """503 STORE_UNAVAILABLE for a file the board's disk would not take (full, read-only,
+    failing): ``what`` could not be written, in the system's words, then what that left; the
+    errno's name in the details. Retry once there is room."""
+    return TaskloomError(
+        "STORE_UNAVAILABLE",
+        f"{what}: {exc.strerror or exc}{then}",
+        details={"errno": errno.errorcode.get(exc.errno or 0, "EIO"), "retry_after": 1},
+        hint=hint,
     )
 
 

@@ -50,9 +50,6 @@ from .turns import RAN, REFUSED, TurnResult, TurnRunner, waiting_for
 
 #: The pseudo event name a ``reset`` record puts in ``TASKLOOM_WAKE_EVENTS``: rescan everything.
 RESET_WAKE: Final = "reset"
-#: The hub's record, and the pseudo event name in ``TASKLOOM_WAKE_EVENTS``, for signals that
-#: reached nobody while the hub's board link was down: read /breaches.
-SIGNALS_MISSED: Final = hp.SIGNALS_MISSED
 
 Record = dict[str, Any]
 #: Opens one hub connection that resumes after the given revision (None: live from the head).
@@ -287,12 +284,12 @@ class Subscriber:
             body = record.get("signal")
             if isinstance(body, dict):
                 self._classify_signal(body)
-        elif kind == SIGNALS_MISSED:
+        elif kind == hp.SIGNALS_MISSED:
             # The hub's board link was down (a board restart): a card_unblocked or claim_stale
             # sent or fired meanwhile reached nobody, and no replay brings a signal back. One
             # wake, so the supervisor reads /breaches now rather than at its next patrol.
-            log.info("wake", name=SIGNALS_MISSED, reason="board_link_reopened")
-            self._add_wake(self.cursor or 0, SIGNALS_MISSED)
+            log.info("wake", name=hp.SIGNALS_MISSED, reason="board_link_reopened")
+            self._add_wake(self.cursor or 0, hp.SIGNALS_MISSED)  # the wake's name in TASKLOOM_WAKE_EVENTS
         elif kind == "heartbeat":
             if revision is not None:
                 self._advance(revision)

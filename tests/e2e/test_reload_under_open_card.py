@@ -45,28 +45,38 @@ def change_and_compact_while_down(taskd: TaskdProcess, task_id: str, *, archive:
             store.run_command(task_commands.move_task, night, task_id, to="backlog")
         head = store.run_query(head_revision)
         chosen = store.run_query(compaction.plan, through=head, older_than_days=None, now=datetime.now(UTC))
-        archive = store.run_query(compaction.write_archive, taskd.data_dir, chosen)
-        assert archive.is_file()
+        written = store.run_query(compaction.write_archive, taskd.data_dir, chosen)
+        assert written.is_file()
         store.run_command(compaction.raise_floor, night, chosen)
     finally:
         store.close()
 
 
-def test_the_open_drawer_shows_the_card_as_reloaded_after_an_expired_cursor(
-    browser: Any, board: Board, taskd: TaskdProcess
-) -> None:
-    task = board.task("Written before the night")
+def reloaded_under_its_drawer(
+    browser: Any, board: Board, taskd: TaskdProcess, title: str, *, archive: bool = False
+) -> tuple[dict[str, Any], Any]:
+    """A card titled ``title`` open in its drawer while the board stops, the card changes (or is
+    archived) and the log is compacted past the page's cursor, and the board starts again on its
+    port: the task and the page, once the page has said CURSOR_EXPIRED and reloaded."""
+    task = board.task(title)
     page = open_page(browser, board)
     card(page, task["identifier"]).locator(".card-button").click()
-    page.locator("#drawer .drawer-title", has_text="Written before the night").wait_for()
+    page.locator("#drawer .drawer-title", has_text=title).wait_for()
     port = int(taskd.url.rsplit(":", 1)[1])
 
     assert taskd.stop() == 0
     page.wait_for_selector("#connection[data-state=reconnecting]")
-    change_and_compact_while_down(taskd, task["id"])
+    change_and_compact_while_down(taskd, task["id"], archive=archive)
     taskd.start(port=port)
 
     page.locator(".toast", has_text="CURSOR_EXPIRED").wait_for(timeout=RECONNECT_TIMEOUT_MS)
+    return task, page
+
+
+def test_the_open_drawer_shows_the_card_as_reloaded_after_an_expired_cursor(
+    browser: Any, board: Board, taskd: TaskdProcess
+) -> None:
+    task, page = reloaded_under_its_drawer(browser, board, taskd, "Written before the night")
     card(page, task["identifier"], "backlog").wait_for()
     page.locator("#panel-details .facts .status-pill", has_text="Backlog").wait_for()
     head = page.locator("#drawer .drawer-head")
@@ -79,18 +89,7 @@ def test_the_open_drawer_shows_the_card_as_reloaded_after_an_expired_cursor(
 def test_the_open_drawer_closes_when_the_reload_finds_its_card_archived(
     browser: Any, board: Board, taskd: TaskdProcess
 ) -> None:
-    task = board.task("Archived before the morning")
-    page = open_page(browser, board)
-    card(page, task["identifier"]).locator(".card-button").click()
-    page.locator("#drawer .drawer-title", has_text="Archived before the morning").wait_for()
-    port = int(taskd.url.rsplit(":", 1)[1])
-
-    assert taskd.stop() == 0
-    page.wait_for_selector("#connection[data-state=reconnecting]")
-    change_and_compact_while_down(taskd, task["id"], archive=True)
-    taskd.start(port=port)
-
-    page.locator(".toast", has_text="CURSOR_EXPIRED").wait_for(timeout=RECONNECT_TIMEOUT_MS)
+    task, page = reloaded_under_its_drawer(browser, board, taskd, "Archived before the morning", archive=True)
     card(page, task["identifier"]).wait_for(state="detached")
     # As when a live frame says so: the card is off the board, so its drawer closes and says why.
     page.locator("#drawer").wait_for(state="hidden")

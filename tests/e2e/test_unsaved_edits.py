@@ -32,6 +32,13 @@ def open_editor(page: Any) -> None:
     page.locator("#panel-details details.edit[open] textarea[name=description][data-filled=true]").wait_for()
 
 
+def save_description(page: Any, text: str) -> None:
+    """Type ``text`` as the open editor's description, save, and wait for the card to show it."""
+    page.locator("#panel-details textarea[name=description]").fill(text)
+    page.locator("#panel-details .edit-form button[type=submit]").click()
+    page.locator("#panel-details .prose.description", has_text=text).wait_for()
+
+
 def wait_for_status(page: Any, status: str) -> None:
     """The drawer's head and its details tab both show ``status`` (the forms were rebuilt for it)."""
     page.locator(f"#drawer .drawer-meta [data-status={status}]").wait_for()
@@ -72,16 +79,12 @@ def test_a_saved_edit_still_closes_the_editor_with_the_saved_values(browser: Any
     page = open_page(browser, board, actor="carol")
     open_drawer(page, task["identifier"])
     open_editor(page)
-    page.locator("#panel-details textarea[name=description]").fill("After.")
-    page.locator("#panel-details .edit-form button[type=submit]").click()
-    page.locator("#panel-details .prose.description", has_text="After.").wait_for()
+    save_description(page, "After.")
     page.locator("#panel-details details.edit:not([open])").wait_for()
     # The rebuilt editor starts from the saved card: a second edit saves without a conflict.
     open_editor(page)
     assert page.locator("#panel-details textarea[name=description]").input_value() == "After."
-    page.locator("#panel-details textarea[name=description]").fill("After again.")
-    page.locator("#panel-details .edit-form button[type=submit]").click()
-    page.locator("#panel-details .prose.description", has_text="After again.").wait_for()
+    save_description(page, "After again.")
     assert board.api.get(f"/tasks/{task['id']}")["description"] == "After again."
     page.context.close()
     assert not board.problems, board.problems

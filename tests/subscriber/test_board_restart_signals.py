@@ -14,7 +14,6 @@ Real taskd (stopped and started again on the same port), the hub the subscriber 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -49,13 +48,8 @@ async def stale_board(taskd: TaskdProcess) -> AsyncIterator[tuple[TaskdProcess, 
 @pytest.fixture
 async def loop_process(stale_board: tuple[TaskdProcess, aiohttp.ClientSession],
                        tmp_path: Path) -> AsyncIterator[SubscriberProcess]:
-    process = SubscriberProcess(tmp_path / "sub", stale_board[0])
-    process.dir.mkdir()
-    process.write_pool([os.getpid()])
-    try:
+    async with SubscriberProcess.with_this_pool(tmp_path / "sub", stale_board[0]) as process:
         yield process
-    finally:
-        await process.cleanup()
 
 
 async def _after(moment: float) -> bool:

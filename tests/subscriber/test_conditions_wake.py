@@ -140,13 +140,8 @@ async def live_board(taskd: TaskdProcess, request: pytest.FixtureRequest) -> Asy
 
 @pytest.fixture
 async def loop_process(live_board: tuple[TaskdProcess, BoardClient], tmp_path: Path) -> AsyncIterator[SubscriberProcess]:
-    process = SubscriberProcess(tmp_path / "sub", live_board[0])
-    process.dir.mkdir()
-    process.write_pool([os.getpid()])
-    try:
+    async with SubscriberProcess.with_this_pool(tmp_path / "sub", live_board[0]) as process:
         yield process
-    finally:
-        await process.cleanup()
 
 
 @pytest.mark.parametrize("live_board", [[], [ev.CLAIM_STALE]], ids=["signal", "persisted"], indirect=True)

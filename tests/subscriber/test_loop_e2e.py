@@ -14,7 +14,7 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import closing
+from contextlib import asynccontextmanager, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,6 +174,19 @@ class SubscriberProcess:
             self.process.send_signal(signal.SIGTERM)
         return await asyncio.wait_for(self.process.wait(), 20)
 
+    @classmethod
+    @asynccontextmanager
+    async def with_this_pool(cls, folder: Path, taskd: TaskdProcess) -> AsyncIterator[SubscriberProcess]:
+        """A subscriber (not started yet) whose resident pool is this test process, alive for as
+        long as the test runs; cleaned up, with its hubs, on the way out."""
+        process = cls(folder, taskd)
+        process.dir.mkdir()
+        process.write_pool([os.getpid()])
+        try:
+            yield process
+        finally:
+            await process.cleanup()
+
     async def cleanup(self) -> None:
         if self.process is not None and self.process.returncode is None:
             self.process.kill()
@@ -193,13 +206,8 @@ async def board(taskd: TaskdProcess) -> AsyncIterator[tuple[TaskdProcess, BoardC
 
 @pytest.fixture
 async def subscriber(board: tuple[TaskdProcess, BoardClient], tmp_path: Path) -> AsyncIterator[SubscriberProcess]:
-    process = SubscriberProcess(tmp_path / "sub", board[0])
-    process.dir.mkdir()
-    process.write_pool([os.getpid()])
-    try:
+    async with SubscriberProcess.with_this_pool(tmp_path / "sub", board[0]) as process:
         yield process
-    finally:
-        await process.cleanup()
 
 
 async def head(client: BoardClient) -> int:

@@ -14,7 +14,6 @@ created are removed again.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import re
 import threading
@@ -32,7 +31,7 @@ from ..dialect import Connection, dialect_of
 from ..files import write_atomic
 from ..queries.attachments import attachment_to_dict, get_attachment, require_attachment
 from ..queries.tasks import require_task
-from ..store import SYSTEM_ACTOR, Tx, WriterStore
+from ..store import SYSTEM_ACTOR, Tx, WriterStore, disk_refused
 from .common import load_task, new_id, refuse_archived
 
 log = structlog.get_logger("taskd.attachments")
@@ -120,13 +119,8 @@ def _missing_directories(directory: Path) -> list[Path]:
 
 
 def store_unavailable(exc: OSError) -> TaskloomError:
-    name = errno.errorcode.get(exc.errno or 0, "EIO")
-    return TaskloomError(
-        "STORE_UNAVAILABLE",
-        f"the board could not store the attachment: {exc.strerror or exc}",
-        details={"errno": name, "retry_after": 1},
-        hint="nothing was written; free space on the board's disk (its data directory) and retry",
-    )
+    return disk_refused(exc, "the board could not store the attachment",
+                        hint="nothing was written; free space on the board's disk (its data directory) and retry")
 
 
 def blob_holds(path: Path, sha256: str) -> bool:
