@@ -68,7 +68,7 @@ def test_taskctl_open_refuses_another_users_runtime_directory_and_puts_no_code_t
         opened = subprocess.run([str(VENV_BIN / "taskctl"), "open"], env=env, capture_output=True, text=True,
                                 timeout=60, stdin=subprocess.DEVNULL, cwd=tmp_path)
         (runtime / "done").touch()
-        wait_until(lambda: planted.process.poll() is not None, timeout=20, what="the other user's reader to end")
+        wait_until(planted.ended, timeout=20, what="the other user's reader to end")
         seen = json.loads(planted.lines[-1])
         assert seen is None, (
             f"uid {seen['uid']} read the one-time login link {seen['link']} from the login page `taskctl open` "

@@ -77,14 +77,22 @@ class OtherProcess:
 
     process: subprocess.Popen[bytes]
     lines: list[str] = field(default_factory=list)
+    #: Set once the output is read to its end: the lines are all there.
+    read_out: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         def pump() -> None:
             assert self.process.stdout is not None
             for raw in self.process.stdout:
                 self.lines.append(raw.decode("utf-8", "replace").rstrip("\n"))
+            self.read_out.set()
 
         threading.Thread(target=pump, daemon=True).start()
+
+    def ended(self) -> bool:
+        """The process has exited and every line it printed is in ``lines`` (its exit comes
+        before the thread reading its output has read the last of it)."""
+        return self.process.poll() is not None and self.read_out.is_set()
 
     def text(self) -> str:
         return "\n".join(self.lines)
