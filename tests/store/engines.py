@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,7 @@ import psycopg
 
 from services.board.postgres_store import PgConnection, PostgresStore
 from services.board.sqlite_store import SqliteStore
-from services.board.store import WriterStore
+from services.board.store import WriterStore, utc_now
 
 ENGINES = ("sqlite", "postgresql")
 
@@ -39,11 +39,12 @@ class Raw:
             raise Refused(getattr(diag, "message_primary", None) or str(exc)) from exc
 
 
-def open_store(engine: str, tmp_path: Path, database_url: str | None) -> WriterStore:
+def open_store(engine: str, tmp_path: Path, database_url: str | None, *, clock: Callable[[], str] = utc_now) -> WriterStore:
+    """``clock``: the wall clock the store stamps its commits with (a test may set it forward)."""
     if engine == "sqlite":
-        return SqliteStore(tmp_path / "board.sqlite")
+        return SqliteStore(tmp_path / "board.sqlite", clock=clock)
     assert database_url is not None
-    return PostgresStore(database_url)
+    return PostgresStore(database_url, clock=clock)
 
 
 @contextmanager

@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import sqlite3
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,52 @@ async def test_a_deadline_moved_later_fires_once_at_its_new_time_not_at_the_old_
         assert engine.armed == 0
     finally:
         await engine.stop()
+
+
+class SleptWallClock:
+    """The machine's wall clock as it reads after a sleep: ahead of where the event loop's monotonic
+    clock, which stands still while the machine sleeps, would put it (``slept`` seconds ahead)."""
+
+    def __init__(self) -> None:
+        self.slept = 0.0
+
+    def posix(self) -> float:
+        return time.time() + self.slept
+
+    def iso(self) -> str:
+        return format_timestamp(datetime.fromtimestamp(self.posix(), UTC))
+
+
+async def test_a_deadline_that_passed_while_the_machine_slept_fires_on_waking(
+    engine: str, tmp_path: Path, database_url: str | None,
+) -> None:
+    """A card idle for ten minutes, the lid shut for eleven: the timer's wait was counted on the
+    monotonic clock, which did not move, so the deadline would fire ten minutes after waking; it
+    must fire as soon as the timer reads the wall clock again."""
+    wall = SleptWallClock()
+    store = open_store(engine, tmp_path, database_url, clock=wall.iso)
+    store.open()
+    conditions = ConditionsEngine(store, claim_fresh_seconds=600, clock=wall.posix)
+    heard: list[Signal] = []
+    conditions.add_signal_listener(heard.append)
+    try:
+        await store.command(projects.create_project, ANN, id="demo", name="Demo",
+                            settings={"monitors": {"idle_after": 600}})
+        await conditions.start()
+        card, _ = await store.command(tasks.create_task, ANN, project="demo", title="left for the night")
+        assert conditions.armed == 1
+        wall.slept = 660.0
+
+        async def fired() -> bool:
+            return any(signal.type == events.CARD_IDLE for signal in heard)
+
+        await async_wait_until(fired, timeout=5, what="card_idle after the sleep")
+        idle = [signal for signal in heard if signal.type == events.CARD_IDLE]
+        assert [signal.task_id for signal in idle] == [card["id"]]
+        assert temporal.posix(idle[0].at) >= temporal.posix(card["created_at"]) + 600
+    finally:
+        await conditions.stop()
+        store.close()
 
 
 def test_marks_another_store_wrote_are_judged_by_the_next_command_here(

@@ -2,7 +2,8 @@
 
 Rebuilt from state at start (``instant.rebuild`` in one transaction), adjusted after every commit
 from the ``Deadlines`` its transaction computed, and woken by one ``call_at`` for the earliest
-deadline — never a poll per card. Entries are replaced lazily: the heap may hold outdated
+deadline, or a second from now if that is sooner, to read the wall clock again after the machine
+slept (``WALL_CHECK_SECONDS``) — never a poll per card. Entries are replaced lazily: the heap may hold outdated
 entries, which are skipped when they surface (``armed`` is the truth).
 
 Several board processes on one PostgreSQL database: each commit's signals and deadlines are sent
@@ -42,6 +43,13 @@ log = structlog.get_logger("taskd.conditions")
 SLACK_SECONDS: Final = 0.0
 #: Most conditions one timer transaction fires; more due at once (a start after downtime) take several.
 FIRE_BATCH: Final = 500
+#: The longest the timer sleeps before it reads the wall clock again, seconds. Deadlines are
+#: wall-clock times, but the loop's timer counts on the monotonic clock, which stands still while
+#: the machine sleeps (Linux's CLOCK_MONOTONIC, macOS's mach time): after a laptop's lid was shut
+#: for an hour, a claim that went stale meanwhile would fire only once the rest of its wait had
+#: passed on the monotonic clock, up to the whole threshold late. The cost is one wake-up a
+#: second while anything is armed, and none for a board with nothing armed.
+WALL_CHECK_SECONDS: Final = 1.0
 
 SignalListener = Callable[[Signal], None]
 #: ``LogReader.after``: make the call once the fan-out has passed the revision.
@@ -243,8 +251,9 @@ class ConditionsEngine:
         if self._handle is not None:
             self._handle.cancel()
         loop = asyncio.get_running_loop()
-        self._handle_at = deadline
-        self._handle = loop.call_at(loop.time() + max(0.0, deadline - self.clock()), self._due)
+        now = self.clock()
+        self._handle_at = min(deadline, now + WALL_CHECK_SECONDS)
+        self._handle = loop.call_at(loop.time() + max(0.0, self._handle_at - now), self._due)
 
     def _due(self) -> None:
         self._handle, self._handle_at = None, None
