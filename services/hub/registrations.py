@@ -347,10 +347,13 @@ class Registrations:
                     body = await response.read()
                     status = response.status
             except (aiohttp.ClientError, TimeoutError, OSError, ForeignListener):
-                status, body = 0, b""  # the board is down: ask again next time
-            if status:
+                status, body = 0, b""
+            # Only a board that is serving says where its files are. Any other answer (the board
+            # down, its database away, a token it no longer takes) is no word on it: remembered as
+            # "no data directory", it let every later watch write a brief over the board's token.
+            if status == 200:
                 try:
-                    reported = orjson.loads(body).get("data_dir") if status == 200 else None
+                    reported = orjson.loads(body).get("data_dir")
                 except (orjson.JSONDecodeError, AttributeError):
                     reported = None
                 self._board_data_dir = reported if isinstance(reported, str) else ""

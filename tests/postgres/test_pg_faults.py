@@ -9,11 +9,10 @@ from pathlib import Path
 
 import aiohttp
 import psycopg
-from psycopg import sql
 
 from services.board import postgres_store
 from tests.support.board import VENV_BIN, BoardClient, start_board
-from tests.support.postgres import free_loopback_port
+from tests.support.postgres import cut_off, free_loopback_port, let_back
 from tests.support.waiting import async_wait_until
 
 
@@ -85,22 +84,6 @@ def test_a_newer_schema_is_refused_untouched(tmp_path: Path, postgres_url: str) 
     assert snapshot(postgres_url) == before
 
 
-def _database(url: str) -> str:
-    return url.rsplit("/", 1)[1]
-
-
-def cut_off(admin_url: str, database: str) -> None:
-    """The server goes away for this database: every session is terminated, new ones refused."""
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(sql.Identifier(database)))
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
-
-
-def restore(admin_url: str, database: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true").format(sql.Identifier(database)))
-
-
 async def test_a_server_gone_while_serving_is_503_then_recovers(tmp_path: Path, postgres_url: str, pg_cluster: object) -> None:
     board = await start_board(tmp_path / "data", database=postgres_url)
     admin_url = pg_cluster.admin_url  # type: ignore[attr-defined]
@@ -112,7 +95,7 @@ async def test_a_server_gone_while_serving_is_503_then_recovers(tmp_path: Path, 
             assert stream.status == 200
             acknowledged = [(await client.post("/api/v1/tasks", {"project": "demo", "title": "before"})).body["id"]]
 
-            cut_off(admin_url, _database(postgres_url))
+            cut_off(admin_url, postgres_url)
             try:
                 for _ in range(2):  # the broken connection, then a reconnect the server refuses
                     refused = await client.post("/api/v1/tasks", {"project": "demo", "title": "while gone"})
@@ -134,7 +117,7 @@ async def test_a_server_gone_while_serving_is_503_then_recovers(tmp_path: Path, 
 
                 await async_wait_until(stream_closed, timeout=20, what="the stream to close quietly")
             finally:
-                restore(admin_url, _database(postgres_url))
+                let_back(admin_url, postgres_url)
 
             async def written() -> str | None:
                 reply = await client.post("/api/v1/tasks", {"project": "demo", "title": "after"})

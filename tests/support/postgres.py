@@ -328,6 +328,21 @@ def drop_database(cluster: Cluster, url: str) -> None:
     cluster.admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def cut_off(admin_url: str, url: str) -> None:
+    """The server goes away for the database of ``url``: every session is terminated, new ones refused."""
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(sql.Identifier(name)))
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+
+
+def let_back(admin_url: str, url: str) -> None:
+    """The database :func:`cut_off` took away takes sessions again."""
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true").format(sql.Identifier(name)))
+
+
 def migration_files() -> list[tuple[int, str, str]]:
     """The PostgreSQL migrations shipped with the board, in order: (number, file name, SQL)."""
     folder = resources.files("services.board") / "migrations" / "postgresql"
