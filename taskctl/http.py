@@ -257,12 +257,25 @@ class BoardHttp:
                 self.close()
                 if reused and attempt + 1 < attempts:
                     continue
+                # ``sent``: whether any of the request may have reached a board (a caller may
+                # send a write again elsewhere only when it cannot have).
+                reached = not isinstance(exc, NotSent)
+                details = {"url": self.board.url, "sent": reached}
+                if reached and method not in ("GET", "HEAD"):
+                    # The board went away holding a change it may have committed before it could
+                    # answer: "is it running?" would send the person to run it again, twice.
+                    raise TaskctlError(
+                        "BOARD_UNREACHABLE",
+                        f"the board at {self.board.url} went away before it answered ({exc}): "
+                        "the change may or may not have been made",
+                        details=details,
+                        hint="look before sending it again (`taskctl activity list` shows the board's latest changes); "
+                        "start the board with `taskd serve` if it is not running",
+                    ) from None
                 raise TaskctlError(
                     "BOARD_UNREACHABLE",
                     f"cannot reach the board at {self.board.url}: {exc}",
-                    # ``sent``: whether any of the request may have reached a board (a caller may
-                    # send a write again elsewhere only when it cannot have).
-                    details={"url": self.board.url, "sent": not isinstance(exc, NotSent)},
+                    details=details,
                     hint="is it running? start it with `taskd serve`, or name another with --url / TASKLOOM_URL",
                 ) from None
         raise AssertionError("unreachable")
