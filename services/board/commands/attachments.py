@@ -242,6 +242,27 @@ def check_replaceable(conn: Connection, attachment_id: str) -> dict[str, Any]:
     return attachment_to_dict(row)
 
 
+#: Media types a browser runs or applies when a page names their URL (``<script src>``,
+#: ``<link rel=stylesheet>``): WHATWG's JavaScript MIME type essences, and CSS.
+_PAGE_CODE_TYPES: Final = frozenset({
+    "application/ecmascript", "application/javascript", "application/x-ecmascript", "application/x-javascript",
+    "text/ecmascript", "text/javascript", "text/javascript1.0", "text/javascript1.1", "text/javascript1.2",
+    "text/javascript1.3", "text/javascript1.4", "text/javascript1.5", "text/jscript", "text/livescript",
+    "text/x-ecmascript", "text/x-javascript", "text/css",
+})
+#: What such an attachment is served as: ``nosniff`` forbids it as a script or a stylesheet.
+OPAQUE_CONTENT_TYPE: Final = "application/octet-stream"
+
+
+def served_content_type(recorded: str) -> str:
+    """The Content-Type a download answers with. Attachments come from the page's own origin,
+    which its policy trusts for scripts and styles (``script-src 'self'``): one recorded as
+    JavaScript or CSS would be code the page could be made to load, so it goes out opaque (the
+    recorded type is kept and listed as it was given)."""
+    essence = recorded.split(";", 1)[0].strip().lower()
+    return OPAQUE_CONTENT_TYPE if essence in _PAGE_CODE_TYPES else recorded
+
+
 def content_disposition(filename: str) -> str:
     """RFC 6266: an ASCII fallback plus the exact name as RFC 8187 ``filename*``."""
     fallback = "".join(ch if 32 <= ord(ch) < 127 and ch not in '"\\' else "_" for ch in filename)

@@ -73,10 +73,13 @@ async def upload(call: Call) -> Any:
 async def download(call: Call) -> web.StreamResponse:
     meta = await call.store.query(get_attachment, call.path["id"])
     headers = {
-        hdrs.CONTENT_TYPE: meta["content_type"],
+        hdrs.CONTENT_TYPE: attachments.served_content_type(meta["content_type"]),
         hdrs.CONTENT_DISPOSITION: attachments.content_disposition(meta["filename"]),
         # Served from the board's own origin: never let a browser sniff an upload into HTML.
         "X-Content-Type-Options": "nosniff",
+        # And one a browser shows as a page after all (a PDF viewer, a tab that ignores the
+        # disposition) runs nothing and has no origin of the board's to act in.
+        "Content-Security-Policy": "sandbox; default-src 'none'",
     }
     if call.store.blobs_in_database:
         content = await call.store.query(blob_content, meta["sha256"])
