@@ -11,7 +11,7 @@ import os
 import sqlite3
 import subprocess
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,19 @@ class Taskctl:
         envelope = run.json
         assert envelope["ok"] is True, str(run)
         return envelope["data"]
+
+    @contextmanager
+    def running(self, *args: str) -> Iterator[subprocess.Popen[str]]:
+        """``taskctl ARGS`` started and left running for the test to act on while it runs (read
+        its output with ``communicate``); killed at the end if it is still going."""
+        process = subprocess.Popen([TASKCTL, *args], env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
 
     def refused(self, code: str, *args: str, **kw: Any) -> Run:
         """Run, expect exit 1 naming ``code`` on stderr."""

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 
 from tests.support.board import TaskdProcess
 from tests.support.waiting import wait_until
 
-from .conftest import TASKCTL, Taskctl
+from .conftest import Taskctl
 
 #: Attachments whose base64 is far more than the loopback socket buffers hold, so the board is
 #: still streaming when it is killed.
@@ -33,9 +32,7 @@ def test_an_export_cut_by_the_board_dying_says_so_and_writes_no_file(taskd: Task
         taskctl.ok("attachment", "upload", "DEMO-0001", str(blob))
         blob.unlink()
     out = taskctl.cwd / "state.jsonl"
-    export = subprocess.Popen([TASKCTL, "export", "state", "--out", str(out)], env=taskctl.env, cwd=taskctl.cwd,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with taskctl.running("export", "state", "--out", str(out)) as export:
         def receiving() -> bool:
             return any(p.name.startswith(".state.jsonl.") and p.stat().st_size > 0 for p in taskctl.cwd.iterdir())
 
@@ -45,10 +42,6 @@ def test_an_export_cut_by_the_board_dying_says_so_and_writes_no_file(taskd: Task
         taskd.stop(signal.SIGKILL)
         export.send_signal(signal.SIGCONT)
         stdout, stderr = export.communicate(timeout=60)
-    finally:
-        if export.poll() is None:
-            export.kill()
-            export.wait(timeout=10)
     assert export.returncode == 1, (stdout, stderr)
     assert "error: BOARD_UNREACHABLE:" in stderr and "broke off" in stderr, stderr
     assert "INTERNAL" not in stderr, stderr

@@ -10,13 +10,12 @@ nothing to make twice, keeps the old words.
 from __future__ import annotations
 
 import signal
-import subprocess
 from pathlib import Path
 
 from tests.support.board import TaskdProcess
 from tests.support.waiting import wait_until
 
-from .conftest import TASKCTL, Taskctl
+from .conftest import Taskctl
 
 #: /proc/net/tcp's state for an established connection.
 ESTABLISHED = "01"
@@ -43,17 +42,10 @@ def test_a_write_the_board_died_holding_says_it_may_have_been_made(taskd: TaskdP
     assert taskd.process is not None
     port = int(taskd.url.rsplit(":", 1)[1])
     taskd.process.send_signal(signal.SIGSTOP)
-    create = subprocess.Popen([TASKCTL, "task", "create", "--project", "demo", "Made once?", "--url", taskd.url], env=taskctl.env,
-                              cwd=taskctl.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    try:
+    with taskctl.running("task", "create", "--project", "demo", "Made once?", "--url", taskd.url) as create:
         wait_until(lambda: bytes_waiting_on(port) > 0, timeout=30, what="the request in the held board's socket")
         taskd.stop(signal.SIGKILL)
         stdout, stderr = create.communicate(timeout=60)
-    finally:
-        if create.poll() is None:
-            create.kill()
-            create.wait(timeout=10)
     assert create.returncode == 1, (stdout, stderr)
     assert "error: BOARD_UNREACHABLE:" in stderr, stderr
     assert "may or may not have been made" in stderr and "look before sending it again" in stderr, stderr
