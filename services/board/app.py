@@ -234,11 +234,12 @@ async def share_credentials(app: web.Application) -> None:
 
     async def reload_token() -> None:
         await reload_revocations()
-        stored = await loop.run_in_executor(None, store.read_secret, auth.TOKEN_SECRET)
-        if stored is None or stored == credentials.token:
-            return
-        await loop.run_in_executor(None, auth.write_token, settings.token_path, stored)
-        credentials.replace_token(stored)
+        async with credentials.replacing:  # read under it: the last reader holds the newest token
+            stored = await loop.run_in_executor(None, store.read_secret, auth.TOKEN_SECRET)
+            if stored is None or stored == credentials.token:
+                return
+            await loop.run_in_executor(None, auth.write_token, settings.token_path, stored)
+            credentials.replace_token(stored)
         closed = app[STREAMS].end_where(TOKEN_ROTATED)
         log.info("token_rotated_elsewhere", fingerprint=auth.token_fingerprint(stored), streams_closed=closed)
 

@@ -137,6 +137,12 @@ class Credentials:
         self._revoked_path = revoked_path
         self._revoked: dict[str, int] = load_revocations(revoked_path) if revoked_path else {}
         self._saving = asyncio.Lock()
+        #: Held by every replacement of the token in this process, from the read or write of the
+        #: token's home (the database, on a shared one) to ``replace_token``: a rotation here and
+        #: one heard from another process, or two heard at once, each take seconds' fractions in
+        #: executor threads, and two run side by side could finish in the other order, leaving
+        #: this process, and its token file, on a token the database no longer holds.
+        self.replacing = asyncio.Lock()
         #: On a database several board processes serve (``store.SharedSecrets``), login codes and
         #: revocations are rows there too, so any process redeems a code or refuses a cookie.
         self.shared: SharedSecrets | None = None

@@ -38,15 +38,20 @@ async def rotate_token(call: Call) -> Any:
     path = call.settings.token_path
     token = auth.new_token()
     loop = asyncio.get_running_loop()
-    if isinstance(call.store, SharedSecrets):
-        # The database's copy is the token every board process on it accepts; its NOTIFY makes
-        # the others reload it (app.share_credentials). The login links minted under the old
-        # token go with it, for every process: each forgets only its own codes in memory.
-        await loop.run_in_executor(None, functools.partial(
-            call.store.write_secret, auth.TOKEN_SECRET, token, notify_token=True, drop_prefix=auth.LOGIN_PREFIX))
-    # fsync off the loop: a slow disk must not stall every open stream.
-    await loop.run_in_executor(None, auth.write_token, path, token)
-    call.request.app[CREDENTIALS].replace_token(token)
+    credentials = call.request.app[CREDENTIALS]
+    # One replacement at a time (auth.Credentials.replacing): a rotation heard from another
+    # process while this one is under way is read after it, so the newest token in the database
+    # is the one this process ends on.
+    async with credentials.replacing:
+        if isinstance(call.store, SharedSecrets):
+            # The database's copy is the token every board process on it accepts; its NOTIFY makes
+            # the others reload it (app.share_credentials). The login links minted under the old
+            # token go with it, for every process: each forgets only its own codes in memory.
+            await loop.run_in_executor(None, functools.partial(
+                call.store.write_secret, auth.TOKEN_SECRET, token, notify_token=True, drop_prefix=auth.LOGIN_PREFIX))
+        # fsync off the loop: a slow disk must not stall every open stream.
+        await loop.run_in_executor(None, auth.write_token, path, token)
+        credentials.replace_token(token)
     # Every open stream was authenticated with the old token (or a session it signed): without
     # this, a holder of the old token would keep reading the board until its stream ended.
     closed = call.request.app[STREAMS].end_where(TOKEN_ROTATED)
