@@ -50,6 +50,10 @@ FIRE_BATCH: Final = 500
 #: passed on the monotonic clock, up to the whole threshold late. The cost is one wake-up a
 #: second while anything is armed, and none for a board with nothing armed.
 WALL_CHECK_SECONDS: Final = 1.0
+#: Seconds before a fire transaction that failed is tried again (a client of a write refused for
+#: the same reason is told ``Retry-After: 1``). Its deadlines are past: tried again at once, a
+#: database that is away made every board process spin on them, logging each failure.
+FIRE_RETRY_S: Final = 1.0
 
 SignalListener = Callable[[Signal], None]
 #: ``LogReader.after``: make the call once the fan-out has passed the revision.
@@ -289,6 +293,7 @@ class ConditionsEngine:
 
     async def _fire(self, due: list[tuple[str, str, str]], deadlines: list[float]) -> None:
         again: list[Deadlines] = []
+        failed = False
         try:
             again = await self.store.command(
                 instant.fire, SYSTEM_ACTOR, due, claim_fresh_seconds=self.claim_fresh_seconds, slack=SLACK_SECONDS
@@ -301,14 +306,27 @@ class ConditionsEngine:
         except Exception:
             # Nothing fired: arm them again, so a passing failure (a busy file) delays, never loses.
             log.exception("condition_fire_failed", count=len(due))
+            failed = True
             again = [Deadlines(task_id, ((type_, episode, deadline),))
                      for (task_id, type_, episode), deadline in zip(due, deadlines, strict=True)]
         finally:
             self._in_flight = False
         for deadlines_again in again:
             self._arm_more(deadlines_again)
-        if self._running:
+        if not self._running:
+            return
+        if failed:
+            self._retry_later()
+        else:
             self._due()
+
+    def _retry_later(self) -> None:
+        """After a failed fire, wake again in ``FIRE_RETRY_S``. A commit that arms a card meanwhile
+        (so the database answers again) may bring the wake-up forward (``_schedule``)."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle_at = self.clock() + FIRE_RETRY_S
+        self._handle = asyncio.get_running_loop().call_later(FIRE_RETRY_S, self._due)
 
 
 # -- what travels to the other board processes ---------------------------------------------------
