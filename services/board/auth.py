@@ -215,14 +215,18 @@ class Credentials:
     async def end_session(self, session: Session) -> None:
         """Revoke the session for good: refused at once, and on disk before the logout is answered."""
         now = self.clock()
-        self._revoked = {nonce: until for nonce, until in self._revoked.items() if until > now}
-        self._revoked[session.nonce] = int(session.issued + self.absolute_seconds) + 1
+        revoked_until = int(session.issued + self.absolute_seconds) + 1
+        loop = asyncio.get_running_loop()
         if self.shared is not None:
             # Every board process on the database hears of it (the secrets NOTIFY) and refuses it too.
-            loop = asyncio.get_running_loop()
+            # The database first: a logout it refuses (503, retry) must leave the session as it was
+            # here as well, or this process would refuse the retry as logged out while every other
+            # one still accepted the cookie.
             await loop.run_in_executor(None, functools.partial(
-                self.shared.write_secret, REVOKED_PREFIX + session.nonce, str(self._revoked[session.nonce]),
-                notify_token=True))
+                self.shared.write_secret, REVOKED_PREFIX + session.nonce, str(revoked_until), notify_token=True))
+        self._revoked = {nonce: until for nonce, until in self._revoked.items() if until > now}
+        self._revoked[session.nonce] = revoked_until
+        if self.shared is not None:
             # A revocation outlives its session by nothing: past the session's own deadline the
             # cookie is refused anyway, so the row goes (a bounded number per logout).
             await loop.run_in_executor(None, functools.partial(

@@ -11,22 +11,11 @@ from datetime import datetime
 from pathlib import Path
 
 import aiohttp
-import psycopg
-from psycopg import sql
 
-from tests.postgres.support_taskd import board_process
+from tests.postgres.support_taskd import board_process, set_connections
 from tests.support.board import BoardClient
 from tests.support.postgres import Cluster
 from tests.support.waiting import async_wait_until
-
-
-def set_connections(admin_url: str, database: str, *, allowed: bool) -> None:
-    """The server goes away for ``database`` (every session ended, new ones refused), or comes back."""
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(
-            sql.Identifier(database), sql.SQL("true" if allowed else "false")))
-        if not allowed:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
 
 
 def fire_failures(log: Path) -> list[datetime]:
