@@ -96,7 +96,7 @@ async def guard_middleware(request: web.Request, handler: Handler) -> web.Stream
     if request.path in PUBLIC_PATHS or request.path == "/" or request.path.startswith("/static/"):
         return await handler(request)
     credentials = request.app[CREDENTIALS]
-    if credentials.check_bearer(request.headers.get("Authorization")):
+    if await credentials.check_bearer_anywhere(request.headers.get("Authorization")):
         # A page on another origin cannot send this header without a CORS preflight the board
         # never grants, so a bearer request needs no Origin check.
         return await handler(request)
@@ -232,8 +232,7 @@ async def share_credentials(app: web.Application) -> None:
 
     await reload_revocations()
 
-    async def reload_token() -> None:
-        await reload_revocations()
+    async def take_stored_token() -> None:
         async with credentials.replacing:  # read under it: the last reader holds the newest token
             stored = await loop.run_in_executor(None, store.read_secret, auth.TOKEN_SECRET)
             if stored is None or stored == credentials.token:
@@ -242,6 +241,12 @@ async def share_credentials(app: web.Application) -> None:
             credentials.replace_token(stored)
         closed = app[STREAMS].end_where(TOKEN_ROTATED)
         log.info("token_rotated_elsewhere", fingerprint=auth.token_fingerprint(stored), streams_closed=closed)
+
+    credentials.take_stored_token = take_stored_token
+
+    async def reload_token() -> None:
+        await reload_revocations()
+        await take_stored_token()
 
     pending: set[asyncio.Task[None]] = set()
 

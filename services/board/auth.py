@@ -29,7 +29,7 @@ import ipaddress
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -90,6 +90,17 @@ def load_or_create_token(path: Path) -> str:
     return token
 
 
+def bearer_of(header: str | None) -> bytes | None:
+    """The credential of an ``Authorization: Bearer …`` header, as bytes; None for any other."""
+    if not header:
+        return None
+    scheme, _, credentials = header.strip().partition(" ")
+    if scheme.lower() != "bearer":  # RFC 9110 §11.1: the scheme is case-insensitive
+        return None
+    # Bytes that are not UTF-8 reach us as surrogates: such a credential is simply wrong.
+    return credentials.strip().encode(errors="surrogatepass")
+
+
 def token_fingerprint(token: str) -> str:
     """A short, non-reversible name for a token (never the token itself)."""
     return hashlib.sha256(token.encode()).hexdigest()[:16]
@@ -146,6 +157,10 @@ class Credentials:
         #: On a database several board processes serve (``store.SharedSecrets``), login codes and
         #: revocations are rows there too, so any process redeems a code or refuses a cookie.
         self.shared: SharedSecrets | None = None
+        #: On such a database: take the token the database holds now, if it is another (set by
+        #: ``app.share_credentials``). A bearer this process is about to refuse may be the token
+        #: another process's rotation just answered with, before its notification arrived here.
+        self.take_stored_token: Callable[[], Awaitable[None]] | None = None
 
     def bind_board(self, board_id: str) -> None:
         self.cookie_name = session_cookie_name(board_id)
@@ -160,14 +175,24 @@ class Credentials:
         self.generation += 1
 
     def check_bearer(self, header: str | None) -> bool:
-        if not header:
+        given = bearer_of(header)
+        return given is not None and hmac.compare_digest(given, self._token.encode())
+
+    async def check_bearer_anywhere(self, header: str | None) -> bool:
+        """``check_bearer``, and on a shared database, for a bearer shaped like a token that it
+        refuses, once more after reading the database's token: a rotation on another process is
+        good at once here too (its notification comes a few milliseconds after its answer). A read
+        the database refuses leaves the refusal as it was."""
+        if self.check_bearer(header):
+            return True
+        given = bearer_of(header)
+        if self.take_stored_token is None or given is None or not is_token(given.decode(errors="replace")):
             return False
-        scheme, _, credentials = header.strip().partition(" ")
-        if scheme.lower() != "bearer":  # RFC 9110 §11.1: the scheme is case-insensitive
+        try:
+            await self.take_stored_token()
+        except (TaskloomError, OSError):  # the database away, the token file unwritable
             return False
-        # Bytes that are not UTF-8 reach us as surrogates: such a credential is simply wrong.
-        given = credentials.strip().encode(errors="surrogatepass")
-        return hmac.compare_digest(given, self._token.encode())
+        return self.check_bearer(header)
 
     # -- session cookies ---------------------------------------------------------------------------
 
