@@ -21,7 +21,7 @@ ON_POSTGRESQL := tests/integration/test_events_stream.py tests/integration/test_
 	tests/integration/test_page_cursors_after_restore.py tests/integration/test_compaction.py \
 	tests/integration/test_sessions.py tests/integration/test_nul_in_paths_and_cursors.py tests/contract/test_docs_claims.py \
 	tests/integration/test_task_search.py tests/integration/test_state_import_refusals.py \
-	tests/integration/test_state_import_hand_edited.py
+	tests/integration/test_state_import_hand_edited.py tests/integration/test_state_import_keeps_order.py
 
 .PHONY: run deps lint test bench clean
 

@@ -411,6 +411,17 @@ def _insert(tx: Tx, kind: Kind, rows: list[dict[str, Any]]) -> None:
         ))
 
 
+def _in_creation_order(kind: Kind, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows in the order the old board made them. Lists "in creation order" (the tasks, the
+    ready queue, a task's comments and reports) read by rowid, which each engine gives in insertion
+    order; the file holds a kind in primary-key order (a project's tasks together, comments by a
+    random id), so inserted as read they would list shuffled. The sort is stable: rows made in
+    the same millisecond keep their file order."""
+    if "created_at" not in kind.columns:
+        return rows
+    return sorted(rows, key=lambda row: row["created_at"])
+
+
 def import_state(tx: Tx, state: ParsedState, root: Path) -> dict[str, Any]:
     """Insert a parsed export in this one transaction. On SQLite the blobs are already on disk
     (``root``), written before it, and checked again here: a refused import running beside this one
@@ -420,7 +431,7 @@ def import_state(tx: Tx, state: ParsedState, root: Path) -> dict[str, Any]:
     for sha256, blob in state.blobs.items():
         ensure_blob(tx, root, sha256, blob)
     for kind in KINDS:
-        _insert(tx, kind, state.rows[kind.name])
+        _insert(tx, kind, _in_creation_order(kind, state.rows[kind.name]))
     counts = state.counts()
     revision = tx.record(
         events.IMPORT_COMPLETED,
