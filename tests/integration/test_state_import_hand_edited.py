@@ -123,3 +123,25 @@ async def test_an_attachment_name_with_a_path_is_refused_whole(
     imported = await other.request("POST", f"{API}/state", data=encode(records))
     assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
     await assert_nothing_imported(board)
+
+
+@pytest.mark.parametrize("content_type", ["", "  text/plain  "])
+async def test_a_content_type_no_upload_stores_is_refused_whole(
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient], content_type: str
+) -> None:
+    """An upload stores its Content-Type trimmed, and none at all as application/octet-stream
+    (commands/attachments.py check_content_type). A file holding an empty or padded one was
+    imported as it was, and every download of it then answered ``Content-Type:`` with nothing."""
+    task = await make_task(client)
+    added = await client.request("POST", f"{API}/tasks/{task['id']}/attachments?filename=notes.txt",
+                                 data=b"the notes", headers={"Content-Type": "text/plain"})
+    assert added.status == 201, added.body
+    records = await exported(client)
+    attachment = next(record for record in records if record["kind"] == "attachment")
+    attachment["row"]["content_type"] = content_type
+    board, other = empty_board
+    imported = await other.request("POST", f"{API}/state", data=encode(records))
+    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
+    line = next(number for number, record in enumerate(records, start=1) if record["kind"] == "attachment")
+    assert imported.body["error"]["details"].get("line") == line, imported.body
+    await assert_nothing_imported(board)

@@ -231,9 +231,14 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
     if kind.name == "attachment":
         try:  # what an upload of it would refuse: a path in the name, an odd content type
             check_filename(record["filename"])
-            check_content_type(record["content_type"])
+            stored = check_content_type(record["content_type"])
         except TaskloomError as exc:
             raise _refuse(line, f"attachment {record['id']!r}: {exc.message}", **exc.details) from None
+        if stored != record["content_type"]:
+            # An upload stores it trimmed, and none as the default: any other text is a row no
+            # upload writes, and an empty one is served as an empty Content-Type header.
+            raise _refuse(line, f"attachment {record['id']!r}: content_type {record['content_type']!r} is not as an"
+                          f" upload stores it ({stored!r})", field="content_type")
         state.blobs[record["sha256"]] = _attachment_bytes(line, record, line_record["data"])
     return record
 
