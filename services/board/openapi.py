@@ -17,7 +17,7 @@ from .api import F, Route
 
 _JSON_TYPES = {"str": "string", "int": "integer", "bool": "boolean", "list": "array", "dict": "object"}
 _PATH_PARAM = re.compile(r"{(\w+)}")
-SUCCESS_WORDS = {200: "OK", 201: "Created"}
+SUCCESS_WORDS = {200: "OK", 201: "Created", 304: "Not Modified: the If-None-Match names this content"}
 ERROR_WORDS: Final = {
     400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
     409: "Conflict", 410: "Gone", 413: "Content Too Large", 422: "Unprocessable Content",
@@ -134,7 +134,9 @@ def responses(route: Route) -> dict[str, Any]:
     answers: dict[str, Any] = {}
     for status in route.success:
         answer: dict[str, Any] = {"description": SUCCESS_WORDS.get(status, "OK")}
-        if key in schemas.RAW_RESPONSES:
+        if status == 304:
+            pass  # RFC 9110 §15.4.5: a 304 has no content
+        elif key in schemas.RAW_RESPONSES:
             answer["content"] = schemas.RAW_RESPONSES[key]
         elif key in schemas.RESPONSES:
             answer["content"] = {"application/json": {"schema": schemas.RESPONSES[key]}}

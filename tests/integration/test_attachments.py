@@ -290,3 +290,27 @@ async def test_a_row_never_lands_without_its_blob(client: BoardClient, board: Ru
     )
     assert blob(board, data).read_bytes() == data
     assert (await client.get(f"/api/v1/attachments/{meta['id']}")).body == data
+
+
+async def test_a_download_answers_alike_on_either_engine(client: BoardClient) -> None:
+    """The bytes are a file on SQLite and a row on PostgreSQL, but the answer is one: a strong ETag
+    named by the content's digest (so it is the same after a move between engines, where a file's
+    mtime is not), a conditional GET answered 304, and a Range ignored (RFC 9110 §14.2). SQLite's
+    file answer alone honoured ranges (206, 416) and If-None-Match with an mtime ETag; PostgreSQL's
+    answered 200 to both."""
+    task = await make_task(client)
+    data = bytes(range(256)) * 8
+    added = await client.request("POST", f"/api/v1/tasks/{task['id']}/attachments?filename=a.bin",
+                                 data=data, headers={"Content-Type": "application/octet-stream"})
+    assert added.status == 201, added.body
+    url = f"/api/v1/attachments/{added.body['id']}"
+    etag = f'"{hashlib.sha256(data).hexdigest()}"'
+    whole = await client.get(url)
+    assert (whole.status, whole.body, whole.headers.get("ETag")) == (200, data, etag)
+    again = await client.get(url, headers={"If-None-Match": etag})
+    assert again.status == 304, again.status
+    for asked in ("bytes=0-3", "bytes=5000-6000"):
+        ranged = await client.get(url, headers={"Range": asked})
+        assert (ranged.status, ranged.body) == (200, data), (asked, ranged.status)
+    other = await client.get(url, headers={"If-None-Match": '"0000"'})
+    assert (other.status, other.body) == (200, data)

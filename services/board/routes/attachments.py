@@ -1,8 +1,8 @@
 """Attachment routes: upload raw bytes, list, download, replace, remove.
 
 Uploads are read whole (at most 8 MiB, by ``api.read_body`` like every body), hashed and written
-to disk off the event loop, and only then recorded; downloads stream the blob with
-``web.FileResponse``, which does its file I/O in the executor.
+to disk off the event loop, and only then recorded; a download reads the blob (at most 8 MiB) off
+the event loop and answers it the same way on either engine (``_answer``).
 """
 
 from __future__ import annotations
@@ -72,31 +72,46 @@ async def upload(call: Call) -> Any:
 
 async def download(call: Call) -> web.StreamResponse:
     meta = await call.store.query(get_attachment, call.path["id"])
+    if call.store.blobs_in_database:
+        content = await call.store.query(blob_content, meta["sha256"])
+        if content is None:
+            raise TaskloomError("NOT_FOUND", f"the content of attachment {meta['id']} is missing from the database",
+                                details={"attachment": meta["id"], "sha256": meta["sha256"]})
+        return _answer(call, meta, content)
+    path = attachments.blob_path(_root(call), meta["sha256"])
+    try:
+        content = await asyncio.get_running_loop().run_in_executor(None, path.read_bytes)
+    except FileNotFoundError:
+        raise TaskloomError(
+            "NOT_FOUND",
+            f"the content of attachment {meta['id']} is missing from {path.parent}",
+            details={"attachment": meta["id"], "sha256": meta["sha256"]},
+            hint="a backup (taskctl board backup) carries every blob; taskd restore writes them back",
+        ) from None
+    return _answer(call, meta, content)
+
+
+def _answer(call: Call, meta: dict[str, Any], content: bytes) -> web.Response:
+    """One answer whether the bytes were a file (SQLite) or a row (PostgreSQL): the ETag is the
+    content's digest, the same on both engines and after a move between them (a file's mtime is
+    neither), a matching If-None-Match is 304, and a Range is ignored (RFC 9110 §14.2 allows it).
+    SQLite's ``FileResponse`` alone honoured ranges, so one engine answered 206 where the other 200."""
+    etag = f'"{meta["sha256"]}"'
     headers = {
         hdrs.CONTENT_TYPE: attachments.served_content_type(meta["content_type"]),
         hdrs.CONTENT_DISPOSITION: attachments.content_disposition(meta["filename"]),
+        hdrs.ETAG: etag,
+        hdrs.ACCEPT_RANGES: "none",
         # Served from the board's own origin: never let a browser sniff an upload into HTML.
         "X-Content-Type-Options": "nosniff",
         # And one a browser shows as a page after all (a PDF viewer, a tab that ignores the
         # disposition) runs nothing and has no origin of the board's to act in.
         "Content-Security-Policy": "sandbox; default-src 'none'",
     }
-    if call.store.blobs_in_database:
-        content = await call.store.query(blob_content, meta["sha256"])
-        if content is None:
-            raise TaskloomError("NOT_FOUND", f"the content of attachment {meta['id']} is missing from the database",
-                                details={"attachment": meta["id"], "sha256": meta["sha256"]})
-        return web.Response(body=content, headers=headers)
-    path = attachments.blob_path(_root(call), meta["sha256"])
-    loop = asyncio.get_running_loop()
-    if not await loop.run_in_executor(None, path.is_file):
-        raise TaskloomError(
-            "NOT_FOUND",
-            f"the content of attachment {meta['id']} is missing from {path.parent}",
-            details={"attachment": meta["id"], "sha256": meta["sha256"]},
-            hint="a backup (taskctl board backup) carries every blob; taskd restore writes them back",
-        )
-    return web.FileResponse(path, headers=headers)
+    asked = call.request.headers.get(hdrs.IF_NONE_MATCH)
+    if asked is not None and (asked.strip() == "*" or etag in (tag.strip().removeprefix("W/") for tag in asked.split(","))):
+        return web.Response(status=304, headers={key: headers[key] for key in (hdrs.ETAG, "X-Content-Type-Options")})
+    return web.Response(body=content, headers=headers)
 
 
 async def replace(call: Call) -> Any:
@@ -135,7 +150,8 @@ ROUTES = [
           "Attach the request body (raw bytes, at most 8 MiB) with its Content-Type",
           query={"filename": F("str", required=True, description="a plain file name, at most 255 characters")},
           raw_body=True, max_body=MAX_ATTACHMENT_BYTES, success=(201,)),
-    Route("GET", ATTACHMENT, download, "Download an attachment's bytes"),
+    Route("GET", ATTACHMENT, download, "Download an attachment's bytes (ETag: its sha256; no ranges)",
+          success=(200, 304)),
     Route("PUT", ATTACHMENT, replace, "Replace an attachment's content (and optionally its name)",
           query={"filename": F("str", description="rename it at the same time")},
           raw_body=True, max_body=MAX_ATTACHMENT_BYTES),
