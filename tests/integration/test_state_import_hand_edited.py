@@ -145,3 +145,25 @@ async def test_a_content_type_no_upload_stores_is_refused_whole(
     line = next(number for number, record in enumerate(records, start=1) if record["kind"] == "attachment")
     assert imported.body["error"]["details"].get("line") == line, imported.body
     await assert_nothing_imported(board)
+
+
+async def test_a_task_id_that_is_not_a_board_made_id_is_refused_naming_its_line(
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient]
+) -> None:
+    """A task is found by id before identifier (queries/tasks.find_task), and the board makes every
+    id itself (a lowercase uuid). A file whose second card had the id 'DEMO-0001' was imported, and
+    then ``GET /tasks/DEMO-0001`` answered that card, not the one numbered DEMO-0001."""
+    await make_task(client, title="first")
+    await make_task(client, title="second")
+    records = await exported(client)
+    first, second = task_lines(records)[:2]
+    old_id = second["id"]
+    for record in records:
+        for name, value in record.get("row", {}).items():
+            if value == old_id:
+                record["row"][name] = first["identifier"]
+    board, other = empty_board
+    imported = await other.request("POST", f"{API}/state", data=encode(records))
+    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
+    assert imported.body["error"]["details"].get("line") == task_line(records) + 1, imported.body
+    await assert_nothing_imported(board)

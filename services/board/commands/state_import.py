@@ -14,6 +14,7 @@ import base64
 import binascii
 import functools
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,16 @@ _TEXT_LIMITS: Final[dict[tuple[str, str], int]] = {
 }
 _BYTE_LIMITS: Final[dict[tuple[str, str], int]] = {
     ("report", "body"): limits.REPORT_MAX_BYTES, ("project", "workspace_path"): limits.WORKSPACE_PATH_MAX_BYTES,
+}
+
+
+#: The ids the board makes itself (commands/common.new_id, commands/sessions.session_id), by kind.
+#: Any other text is a row no command writes, and a task is found by id before its identifier
+#: (queries/tasks.find_task): a card whose id was another's ``DEMO-0001`` would answer for it.
+_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_ID_SHAPES: Final[dict[str, tuple[re.Pattern[str], str]]] = {
+    **dict.fromkeys(("task", "comment", "relation", "report", "acceptance_item", "attachment"), (_UUID, "a lowercase uuid")),
+    "session": (re.compile(r"ses_[0-9a-f]{24}"), "ses_ and 24 hex digits"),
 }
 
 
@@ -199,6 +210,10 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
                       + (f"; unknown: {', '.join(unknown)}" if unknown else ""), missing=missing, unknown=unknown)
     for name, word, nullable in fields:
         _check_field(line, kind, name, word, nullable, record[name])
+    if kind.name in _ID_SHAPES:
+        shape, words = _ID_SHAPES[kind.name]
+        if not shape.fullmatch(record["id"]):
+            raise _refuse(line, f"{kind.name}.id {record['id'][:64]!r} is not an id the board makes ({words})", field="id")
     if kind.name == "project":
         try:
             conditions_config.check(record["settings"])  # what a project write would refuse (SPEC §12)
