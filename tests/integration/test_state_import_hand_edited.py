@@ -167,3 +167,35 @@ async def test_a_task_id_that_is_not_a_board_made_id_is_refused_naming_its_line(
     assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
     assert imported.body["error"]["details"].get("line") == task_line(records) + 1, imported.body
     await assert_nothing_imported(board)
+
+
+@pytest.mark.parametrize("labels", [["UI"], [" ui"], ["ui", "ui"], ["école"]])
+async def test_task_labels_no_write_stores_are_refused_naming_the_line(
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient], labels: list[str]
+) -> None:
+    """A write stores a card's labels normalised (commands/common.normalise_labels: trimmed, lower
+    case, of letters, digits and ``. _ : / -``, each once) and so does ``GET /tasks?label=`` with
+    the name it filters by. A file holding 'UI' was imported as it was: no filter could ever find
+    that card by its label ('UI' is read as 'ui', which the card does not hold)."""
+    await make_task(client, labels=["ui"])
+    records = await exported(client)
+    task_lines(records)[0]["labels"] = labels
+    board, other = empty_board
+    imported = await other.request("POST", f"{API}/state", data=encode(records))
+    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
+    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
+    await assert_nothing_imported(board)
+
+
+async def test_a_label_name_no_write_stores_is_refused_naming_the_line(
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient]
+) -> None:
+    await make_task(client, labels=["ui"])
+    records = await exported(client)
+    at = next(number for number, record in enumerate(records, start=1) if record["kind"] == "label")
+    records[at - 1]["row"]["name"] = "é"  # lower(trim()) leaves it be: the schema's check passes it
+    board, other = empty_board
+    imported = await other.request("POST", f"{API}/state", data=encode(records))
+    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
+    assert imported.body["error"]["details"].get("line") == at, imported.body
+    await assert_nothing_imported(board)

@@ -32,6 +32,7 @@ from ..conditions import rules
 from ..queries.state import END_KIND, KIND_BY_NAME, KINDS, STATE_KIND, STATE_VERSION, Kind
 from ..store import Actor, Tx
 from .attachments import check_content_type, check_filename, ensure_blob
+from .common import normalise_labels
 
 #: Who writes the import's one activity row.
 IMPORTER: Final = Actor("system", "state-import")
@@ -223,10 +224,12 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
         keys.add(line, "project prefix", record["prefix"])
     elif kind.name == "label":
         _require(line, keys, "project", record["project_id"])
+        _check_labels(line, "label.name", [record["name"]])
         keys.add(line, "label", (record["project_id"], record["name"]))
     elif kind.name == "actor":
         keys.add(line, "actor", (record["kind"], record["id"]))
     elif kind.name == "task":
+        _check_labels(line, "task.labels", record["labels"])
         if record["status_since"] is None:
             record["status_since"] = record["updated_at"]  # the status cannot have been entered later
         _require(line, keys, "project", record["project_id"])
@@ -256,6 +259,17 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
                           f" upload stores it ({stored!r})", field="content_type")
         state.blobs[record["sha256"]] = _attachment_bytes(line, record, line_record["data"])
     return record
+
+
+def _check_labels(line: int, where: str, names: list[str]) -> None:
+    """Labels as a write stores them (trimmed, lower case, each once). The filter ``?label=``
+    normalises the name it asks for the same way, so a card holding 'UI' could never be found."""
+    try:
+        stored = normalise_labels(names)
+    except TaskloomError as exc:
+        raise _refuse(line, f"{where}: {exc.message}", field=where) from None
+    if stored != names:
+        raise _refuse(line, f"{where} {names!r} is not as a write stores it ({stored!r})", field=where)
 
 
 def _require(line: int, keys: _Keys, what: str, key: Any) -> None:
