@@ -199,3 +199,22 @@ async def test_a_label_name_no_write_stores_is_refused_naming_the_line(
     assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
     assert imported.body["error"]["details"].get("line") == at, imported.body
     await assert_nothing_imported(board)
+
+
+@pytest.mark.parametrize("half", [{"claimed_by_kind": None}, {"claimed_by": None}])
+async def test_a_holder_without_its_kind_is_refused_naming_its_line(
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient], half: dict[str, None]
+) -> None:
+    """A claim writes its holder's kind and id together and a release clears both, as the schema
+    holds the assignee's and the reporter's pairs. A file with one half was imported, and left a
+    card held by nobody a claim or heartbeat could name."""
+    task = await make_task(client)
+    claimed = await client.as_actor("claude", "worker-1").post(f"{API}/tasks/{task['id']}/claim", {})
+    assert claimed.status == 200, claimed.body
+    records = await exported(client)
+    task_lines(records)[0].update(half)
+    board, other = empty_board
+    imported = await other.request("POST", f"{API}/state", data=encode(records))
+    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
+    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
+    await assert_nothing_imported(board)

@@ -230,6 +230,11 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
         keys.add(line, "actor", (record["kind"], record["id"]))
     elif kind.name == "task":
         _check_labels(line, "task.labels", record["labels"])
+        if (record["claimed_by"] is None) != (record["claimed_by_kind"] is None):
+            # A claim writes both and a release clears both (the schema holds the assignee's and
+            # the reporter's pairs itself): one half is a holder no claim or heartbeat can name.
+            raise _refuse(line, f"task {record['id']!r}: claimed_by and claimed_by_kind are both set or both null",
+                          field="claimed_by")
         if record["status_since"] is None:
             record["status_since"] = record["updated_at"]  # the status cannot have been entered later
         _require(line, keys, "project", record["project_id"])
