@@ -86,7 +86,7 @@ def test_any_split_of_the_stream_gives_the_same_actions() -> None:
     whole = Session(TOKEN).feed(stream)
     assert [type(a) for a in whole] == [Request, Request, Request]
 
-    @settings(max_examples=200, deadline=None)
+    @settings(max_examples=200)
     @given(st.lists(st.integers(min_value=0, max_value=len(stream)), max_size=12))
     def check(cuts: list[int]) -> None:
         session = Session(TOKEN)

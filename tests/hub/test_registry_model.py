@@ -404,6 +404,6 @@ class RegistryModel(RuleBasedStateMachine):
 
 
 RegistryModel.TestCase.settings = settings(
-    max_examples=250, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+    max_examples=250, stateful_step_count=50, suppress_health_check=[HealthCheck.too_slow],
 )
 test_registry_model = RegistryModel.TestCase

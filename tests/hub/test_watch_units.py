@@ -158,7 +158,7 @@ def test_the_floor_spaces_batches_and_task_less_marks_take_everything() -> None:
     assert schedule.take(5.3) == (True, {"t2"})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.floats(min_value=0, max_value=0.5), min_size=1, max_size=50),
        st.floats(0, 1), st.floats(0, 3), st.floats(0, 10))
 def test_due_is_never_before_the_rules_allow(gaps: list[float], debounce: float, max_wait: float, floor: float) -> None:

@@ -172,7 +172,7 @@ async def scenario(data_dir: Path, ops: list[tuple[Any, ...]]) -> None:
         await board.runner.cleanup()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=operations)
 def test_breaches_equal_the_signals_and_the_model(tmp_path_factory: Any, ops: list[tuple[Any, ...]]) -> None:
     asyncio.run(scenario(tmp_path_factory.mktemp("board") / "data", ops))

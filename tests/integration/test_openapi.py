@@ -181,31 +181,31 @@ def matches(pattern: str, text: str) -> bool:
     return re.search(pattern, text) is not None
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(TEXTS)
 def test_the_label_pattern_is_normalise_label(text: str) -> None:
     assert matches(schemas.LABEL_PATTERN, text) == accepts(normalise_label, text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.one_of(TEXTS, st.text(TRICKY, min_size=495, max_size=505)))
 def test_the_title_pattern_is_the_title_check(text: str) -> None:
     assert matches(schemas.TITLE["pattern"], text) == accepts(task_commands._title, text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(TEXTS)
 def test_the_reason_pattern_is_require_reason(text: str) -> None:
     assert matches(schemas.REASON["pattern"], text) == accepts(lambda value: require_reason(value, "x"), text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.one_of(TEXTS, st.text(TRICKY, min_size=250, max_size=260)))
 def test_the_filename_pattern_is_check_filename(text: str) -> None:
     assert matches(schemas.FILENAME_PATTERN, text) == accepts(attachment_commands.check_filename, text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.one_of(TEXTS, st.sampled_from(["agent", " Agent\n", "TASKD", "tas\u212ad", "agents", "human", "", "  "])))
 def test_the_actor_kind_pattern_is_check_actor_kind(text: str) -> None:
     def check(kind: str) -> None:
@@ -216,13 +216,13 @@ def test_the_actor_kind_pattern_is_check_actor_kind(text: str) -> None:
     assert matches(schemas.ACTOR_KIND_PATTERN, text) == accepts(check, text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.one_of(TEXTS, st.from_regex(r"[a-z0-9-]{1,34}\n?", fullmatch=True)))
 def test_the_slug_pattern_is_the_project_id_check(text: str) -> None:
     assert matches(schemas.SLUG_PATTERN, text) == (project_commands._SLUG.fullmatch(text) is not None)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(st.sampled_from([*domain.STATUSES, "", "todoo", "in", "done "]), max_size=4).map(",".join))
 def test_a_list_query_pattern_is_its_parser(text: str) -> None:
     document = describe(ALL_ROUTES, version="test")
@@ -381,7 +381,7 @@ def test_every_free_form_field_carries_the_bounds() -> None:
         assert schema["type"] == "object" and schema["additionalProperties"] == schemas.ref(schemas.json_level(2)), where
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(st.sampled_from(FREE_FORM_FIELDS), JSON_VALUES)
 def test_the_free_form_schema_is_check_free_form(where: tuple[str, str, str], inner: Any) -> None:
     value = {"v": inner}

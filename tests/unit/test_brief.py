@@ -361,7 +361,7 @@ def test_same_input_same_bytes_and_no_clock() -> None:
     assert first == untouched  # rendering never mutates its input
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     description=st.text(alphabet="#`~ \na-", max_size=80),
     body=st.text(alphabet="#`~ \nb", min_size=1, max_size=60),

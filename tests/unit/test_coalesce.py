@@ -234,7 +234,7 @@ def test_negative_settings_are_refused(option: str) -> None:
 OUTCOMES: Final = ("ran", "refused", "skipped")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     gaps=st.lists(
         st.tuples(
