@@ -218,3 +218,39 @@ async def test_a_holder_without_its_kind_is_refused_naming_its_line(
     assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
     assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
     await assert_nothing_imported(board)
+
+
+#: One field of one line set to a value no write leaves, each with the kind of the line it is on.
+NO_WRITE_LEAVES = [
+    ("task", {"title": "   "}),
+    ("task", {"version": 0}),
+    ("task", {"number": 0, "identifier": "DEMO-0000"}),
+    ("task", {"reporter_id": " ", "reporter_kind": "human"}),
+    ("task", {"archived_at": "2026-01-01T00:00:00.000Z"}),
+    ("comment", {"body": "\t"}),
+    ("comment", {"round": 0}),
+    ("comment", {"actor_kind": ""}),
+    ("acceptance_item", {"position": -1}),
+    ("actor", {"use_count": -3}),
+]
+
+
+@pytest.mark.parametrize(("kind", "edit"), NO_WRITE_LEAVES, ids=[f"{kind}-{next(iter(edit))}" for kind, edit in NO_WRITE_LEAVES])
+async def test_a_value_no_write_leaves_is_refused_naming_its_line(
+    client: BoardClient, empty_board: tuple[RunningBoard, BoardClient], kind: str, edit: dict[str, object]
+) -> None:
+    """Values the board's own writes never leave: a blank title, comment or actor name, a version
+    or round below 1, a negative position or use count, and an archived card that is not done or
+    canceled (archiving needs one, and an archived card is never moved again: a live one with the
+    mark is stuck out of every list). Each was imported as it was, on both engines."""
+    task = await make_task(client, assignee_kind="human", assignee_id="ann")
+    assert (await client.post(f"{API}/tasks/{task['id']}/comments", {"body": "a note"})).status == 201
+    assert (await client.post(f"{API}/tasks/{task['id']}/acceptance", {"items": ["it works"]})).status in (200, 201)
+    records = await exported(client)
+    at = next(number for number, record in enumerate(records, start=1) if record["kind"] == kind)
+    records[at - 1]["row"].update(edit)
+    board, other = empty_board
+    imported = await other.request("POST", f"{API}/state", data=encode(records))
+    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
+    assert imported.body["error"]["details"].get("line") == at, imported.body
+    await assert_nothing_imported(board)

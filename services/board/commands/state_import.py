@@ -85,6 +85,15 @@ _BYTE_LIMITS: Final[dict[tuple[str, str], int]] = {
     ("report", "body"): limits.REPORT_MAX_BYTES, ("project", "workspace_path"): limits.WORKSPACE_PATH_MAX_BYTES,
 }
 
+#: Texts a write never leaves blank (empty or only spaces): a title, a comment, an actor's kind and id.
+_NOT_BLANK: Final = {("task", "title"), ("comment", "body"), *_ACTOR_IDS, *_ACTOR_KINDS}
+#: The least value a write leaves in these integers: a version starts at 1 and only rises, task
+#: numbers and delivery rounds count from 1 (a comment and a report carry their card's round), an
+#: acceptance item's position and a use count from 0.
+_LEAST: Final[dict[tuple[str, str], int]] = {
+    ("task", "version"): 1, ("task", "number"): 1, ("comment", "round"): 1, ("report", "round"): 1,
+    ("acceptance_item", "position"): 0, ("actor", "use_count"): 0, ("label", "use_count"): 0,
+}
 
 #: The ids the board makes itself (commands/common.new_id, commands/sessions.session_id), by kind.
 #: Any other text is a row no command writes, and a task is found by id before its identifier
@@ -144,6 +153,8 @@ def _check_field(line: int, kind: Kind, name: str, word: str, nullable: bool, va
     if word == "text":
         if type(value) is not str or "\x00" in value:
             raise _refuse(line, f"{kind.name}.{name} must be a text without U+0000", field=name)
+        if (kind.name, name) in _NOT_BLANK and not value.strip():
+            raise _refuse(line, f"{kind.name}.{name} must not be blank", field=name)
         limit = _TEXT_LIMITS.get((kind.name, name))
         if limit is not None and len(value) > limit:
             raise _refuse(line, f"{kind.name}.{name} is longer than {limit} characters", field=name, limit=limit)
@@ -157,6 +168,9 @@ def _check_field(line: int, kind: Kind, name: str, word: str, nullable: bool, va
     elif word == "int":
         if type(value) is not int or not limits.INT64_MIN <= value <= limits.INT64_MAX:
             raise _refuse(line, f"{kind.name}.{name} must be an integer", field=name)
+        least = _LEAST.get((kind.name, name))
+        if least is not None and value < least:
+            raise _refuse(line, f"{kind.name}.{name} is at least {least}, not {value}", field=name, least=least)
     elif word == "object":
         if not isinstance(value, dict):
             raise _refuse(line, f"{kind.name}.{name} must be an object", field=name)
@@ -235,6 +249,11 @@ def _check_row(line: int, kind: Kind, line_record: dict[str, Any], keys: _Keys, 
             # the reporter's pairs itself): one half is a holder no claim or heartbeat can name.
             raise _refuse(line, f"task {record['id']!r}: claimed_by and claimed_by_kind are both set or both null",
                           field="claimed_by")
+        if record["archived_at"] is not None and record["status"] not in domain.TERMINAL:
+            # Only a done or canceled card is archived, and an archived one is never reopened or
+            # moved: a live card with the mark would be out of every list and stuck there.
+            raise _refuse(line, f"task {record['id']!r}: only a done or canceled task is archived, not a"
+                          f" {record['status']} one", field="archived_at")
         if record["status_since"] is None:
             record["status_since"] = record["updated_at"]  # the status cannot have been entered later
         _require(line, keys, "project", record["project_id"])
