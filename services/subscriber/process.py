@@ -53,7 +53,9 @@ def pid_alive(pid: object) -> bool:
         return False
     except PermissionError:
         return True  # someone else's process: alive, and not ours to signal
-    except OSError:
+    except (OSError, OverflowError):
+        # OverflowError: too big for a pid_t (a pid read from a file someone else wrote names
+        # no process, and must not crash the reader).
         return False
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -86,6 +86,9 @@ def test_a_dead_pid_and_nonsense_are_not_alive(spec: str) -> None:
     assert not pid_alive(child.pid)
     for nonsense in (0, -1, True, "1", None, 1.5):
         assert not pid_alive(nonsense)
+    # Too big for a pid_t (a file someone else wrote): no process, not an OverflowError.
+    for too_big in (2**31, 2**63, 10**30):
+        assert not pid_alive(too_big)
 
 
 @pytest.mark.parametrize("spec", PID_ALIVE)
