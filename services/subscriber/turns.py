@@ -29,6 +29,7 @@ import asyncio
 import json
 import os
 import signal
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ from .coalesce import Turn
 from .process import lock_file, pid_alive
 
 SESSIONS_FILE: Final = "sessions.state.json"
+#: The largest pool file read: a pool lists a handful of sessions; more is not the supervisor's.
+MAX_POOL_BYTES: Final = 1 << 20
 CONTINUE_LOCK: Final = "continue.lock"
 WAKE_REVISION_ENV: Final = "TASKLOOM_WAKE_REVISION"
 WAKE_EVENTS_ENV: Final = "TASKLOOM_WAKE_EVENTS"
@@ -61,18 +64,27 @@ class Pool:
 
 
 def read_pool(state_dir: Path) -> Pool:
-    """The live pids ``<state_dir>/sessions.state.json`` lists."""
+    """The live pids ``<state_dir>/sessions.state.json`` lists.
+
+    The file is the supervisor's, and whatever is in its place is read without trusting it: only
+    a regular file (a symlink to one is followed) of at most ``MAX_POOL_BYTES``, opened without
+    blocking, so a FIFO, a device (``/dev/zero``) or a huge file is ``unreadable`` at once rather
+    than a subscriber that hangs in the event loop or reads until the OOM killer comes.
+    """
     path = state_dir / SESSIONS_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_small_regular_file(path)
     except FileNotFoundError:
         return Pool((), "missing")
     except OSError:
         return Pool((), "unreadable")
+    if text is None:
+        return Pool((), "unreadable")
     try:
         record = json.loads(text)
-    except ValueError:
-        return Pool((), "unreadable")  # a supervisor mid-write without a rename, or garbage
+    except (ValueError, RecursionError):
+        # A supervisor mid-write without a rename, garbage, or nesting deeper than the parser goes.
+        return Pool((), "unreadable")
     sessions = record.get("sessions") if isinstance(record, dict) else None
     if not isinstance(sessions, list):
         return Pool((), "malformed")
@@ -82,6 +94,32 @@ def read_pool(state_dir: Path) -> Pool:
         return Pool((), "empty")
     live = tuple(pid for pid in pids if pid_alive(pid))
     return Pool(live, "live" if live else "dead")
+
+
+def _read_small_regular_file(path: Path) -> str | None:
+    """The text of ``path`` when it is a regular file of at most ``MAX_POOL_BYTES``, else None.
+
+    O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; a regular file
+    ignores the flag.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_POOL_BYTES:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, MAX_POOL_BYTES + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_POOL_BYTES:
+                return None  # grew after the fstat
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def waiting_for(state_dir: Path) -> dict[str, str] | None:
