@@ -120,6 +120,8 @@ class Publisher:
         self.record: dict[str, Any] = {"version": STATE_VERSION, "pid": os.getpid(), **record}
         self.flush_interval = flush_interval
         self._dirty = False
+        #: The error of the last write the disk refused, until one succeeds again.
+        self._write_failed: str | None = None
 
     @property
     def dirty(self) -> bool:
@@ -140,8 +142,27 @@ class Publisher:
         self.flush(force=True)
 
     def flush(self, *, force: bool = False) -> None:
+        """Write the record now if it changed (or ``force``); a write the disk refuses is logged
+        and retried by the next flush, never raised.
+
+        A full or read-only disk under a running subscriber must not stop the wakes: the file
+        on disk stays whole (the write is atomic) and only grows stale, and a stale cursor makes
+        a restart resume earlier, which replays and loses nothing. Raising here killed the part
+        that flushed (a turn, the follower) and with it the subscriber.
+        """
         if not (self._dirty or force):
             return
         self.record["updated_at"] = utc_now()
-        write_state(self.path, self.record)
+        try:
+            write_state(self.path, self.record)
+        except OSError as exc:
+            self._dirty = True  # the periodic flush tries again
+            if self._write_failed is None:
+                log.warning("state_file_unwritable", path=str(self.path), error=str(exc),
+                            hint="turns go on; the file keeps its last good record until the disk takes a write")
+            self._write_failed = str(exc)
+            return
+        if self._write_failed is not None:
+            log.info("state_file_writable_again", path=str(self.path), after=self._write_failed)
+            self._write_failed = None
         self._dirty = False
