@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .coalesce import Turn
+from .files import NotOwned
 from .process import lock_file, pid_alive
 
 SESSIONS_FILE: Final = "sessions.state.json"
@@ -206,7 +207,14 @@ class TurnRunner:
         pool = read_pool(self.state_dir)
         if not pool:
             return TurnResult(SKIPPED, f"no live resident pool ({pool.reason})")
-        lock = ContinueLock.try_take(self.state_dir / CONTINUE_LOCK)
+        path = self.state_dir / CONTINUE_LOCK
+        try:
+            lock = ContinueLock.try_take(path)
+        except (OSError, NotOwned) as exc:
+            # A directory in its place, a full or read-only disk that cannot create it, another
+            # user's file: no lock means no turn, but the wake must survive it, so this is a
+            # refusal (retried, the wakes kept), not an error that ends the subscriber.
+            return TurnResult(REFUSED, f"continue.lock cannot be opened ({path}): {exc}")
         if lock is None:
             return TurnResult(REFUSED, "continue.lock is held")
         clock = self._clock or asyncio.get_running_loop().time

@@ -113,3 +113,24 @@ async def test_the_subscriber_streams_and_stops_with_a_fifo_as_its_pool_file(
     assert subscriber.wakes() == []
     # SIGTERM is answered: nothing blocks the event loop (the fixture SIGKILLs one that hangs).
     assert await subscriber.terminate() == 0
+
+
+async def test_a_continue_lock_that_cannot_be_opened_defers_the_turn_without_losing_it(
+    board: tuple[TaskdProcess, BoardClient], subscriber: SubscriberProcess  # noqa: F811
+) -> None:
+    _, client = board
+    lock = subscriber.state_dir / "continue.lock"
+    lock.mkdir()  # in the way: open(O_RDWR) is EISDIR
+    await subscriber.start()
+    await subscriber.ready()
+    assert (await client.post(f"{API}/projects", {"id": "demo", "name": "Demo"})).status == 201
+    assert (await client.post(f"{API}/tasks", {"project": "demo", "title": "Locked out"})).status == 201
+    revision = await head(client)
+    state = await subscriber.wait_state(
+        lambda s: (s.get("last_turn") or {}).get("outcome") == "refused", "the turn to be refused", timeout=10)
+    assert "continue.lock" in state["last_turn"]["reason"] and str(lock) in state["last_turn"]["reason"], state
+    assert subscriber.wakes() == []
+    lock.rmdir()
+    [woke] = await subscriber.wait_wakes(1)
+    assert woke["revision"] == revision and "task_created" in woke["events"].split(","), woke
+    assert await subscriber.terminate() == 0
