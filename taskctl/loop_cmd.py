@@ -88,11 +88,13 @@ def subscribe(
     (<state-dir>/sessions.state.json) and the continue lock (<state-dir>/continue.lock).
     Publishes <state-dir>/subscribe.state.json; stops cleanly on SIGTERM/SIGINT (exit 0).
     """
+    import structlog
+
     from services.hub.client import CursorBoard
     from services.subscriber import state as st
     from services.subscriber.classify import LoopIdentity
     from services.subscriber.process import configure_logging
-    from services.subscriber.runner import Subscriber
+    from services.subscriber.runner import RESET_WAKE, Subscriber
     from services.subscriber.turns import TurnRunner
 
     if director is not None and director in agents:
@@ -114,9 +116,16 @@ def subscribe(
         # Before the state file is read: a value in it that cannot be used is said in the log.
         configure_logging(sys.stderr, level=logging.DEBUG if verbose else logging.INFO)
         path = st.state_path(directory)
-        previous = st.read_state(path)
+        previous, unreadable = st.load_state(path)
         after = _resume_revision(previous, board.url)
         replay = _pending_wakes(previous, board.url)
+        if unreadable is not None:
+            # A previous run was here, and where it stopped cannot be known: starting live from
+            # the head would skip whatever it had not dealt with, so the first turn is a rescan.
+            structlog.get_logger("taskloom.subscriber").warning(
+                "state_file_unreadable", path=str(path), reason=unreadable,
+                hint="starting live from the board's head with one rescan turn (reset); the file is replaced")
+            replay = (RESET_WAKE, *replay)
         #: The board the saved cursor counts in: named in the first follow, kept current from the hub.
         history = CursorBoard(board_id=st.saved_board_id(previous, board.url))
         publisher = st.Publisher(

@@ -76,6 +76,37 @@ def open_private(path: Path, flags: int) -> int:
     return fd
 
 
+class NotARegularFile(OSError):
+    """What is in a file's place is not one we read: a FIFO, a device, a directory, or too big."""
+
+
+def read_small_file(path: Path, limit: int) -> bytes:
+    """The bytes of ``path`` (a symlink is followed) when it is a regular file of at most
+    ``limit`` bytes; else :class:`NotARegularFile` (an ``OSError``), as for any file we cannot read.
+
+    For files another process writes and this one only reads: a FIFO in their place would block
+    the reader for ever (the open is O_NONBLOCK, which a regular file ignores), and ``/dev/zero``
+    or a huge file would be read until memory ran out.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotARegularFile(f"{path} is not a regular file")
+        if info.st_size > limit:
+            raise NotARegularFile(f"{path} is larger than {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, limit + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise NotARegularFile(f"{path} is larger than {limit} bytes")  # it grew meanwhile
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def fsync_directory(directory: Path) -> None:
     """Make a rename in ``directory`` durable (POSIX); Windows cannot open a directory."""
     if not hasattr(os, "O_DIRECTORY"):

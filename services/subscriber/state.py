@@ -26,7 +26,7 @@ import structlog
 from shared.hub_protocol import MAX_BOARD_ID
 from shared.timestamps import format_timestamp
 
-from .files import write_atomic
+from .files import read_small_file, write_atomic
 from .process import pid_alive as pid_alive  # where the state readers have always found it
 
 STATE_FILE: Final = "subscribe.state.json"
@@ -59,13 +59,36 @@ def write_state(path: Path, record: dict[str, Any]) -> None:
     write_atomic(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
 
 
+#: The largest state file read back: ours is a couple of KiB; more was written by someone else.
+MAX_STATE_BYTES: Final = 1 << 20
+
+
+def load_state(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The published record and, when there is a file but no record in it, why not.
+
+    ``(None, None)``: no file (a first start). ``(None, reason)``: something is there that is no
+    record of ours (a FIFO, a device, a directory, over ``MAX_STATE_BYTES``, not JSON, nested
+    past the parser's depth, not an object); it is never waited on or read to its end, so
+    neither ``loop status`` nor a start can hang or crash on it.
+    """
+    try:
+        data = read_small_file(path, MAX_STATE_BYTES)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, str(exc)
+    try:
+        record = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        return None, f"not JSON: {type(exc).__name__}"
+    if not isinstance(record, dict):
+        return None, "not a JSON object"
+    return record, None
+
+
 def read_state(path: Path) -> dict[str, Any] | None:
     """The published record, or None when the file is missing or unreadable."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
+    return load_state(path)[0]
 
 
 def saved_board_id(record: dict[str, Any] | None, board_url: str) -> str | None:

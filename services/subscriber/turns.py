@@ -29,14 +29,13 @@ import asyncio
 import json
 import os
 import signal
-import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from .coalesce import Turn
-from .files import NotOwned
+from .files import NotOwned, read_small_file
 from .process import lock_file, pid_alive
 
 SESSIONS_FILE: Final = "sessions.state.json"
@@ -74,15 +73,13 @@ def read_pool(state_dir: Path) -> Pool:
     """
     path = state_dir / SESSIONS_FILE
     try:
-        text = _read_small_regular_file(path)
+        data = read_small_file(path, MAX_POOL_BYTES)
     except FileNotFoundError:
         return Pool((), "missing")
     except OSError:
         return Pool((), "unreadable")
-    if text is None:
-        return Pool((), "unreadable")
     try:
-        record = json.loads(text)
+        record = json.loads(data)
     except (ValueError, RecursionError):
         # A supervisor mid-write without a rename, garbage, or nesting deeper than the parser goes.
         return Pool((), "unreadable")
@@ -95,32 +92,6 @@ def read_pool(state_dir: Path) -> Pool:
         return Pool((), "empty")
     live = tuple(pid for pid in pids if pid_alive(pid))
     return Pool(live, "live" if live else "dead")
-
-
-def _read_small_regular_file(path: Path) -> str | None:
-    """The text of ``path`` when it is a regular file of at most ``MAX_POOL_BYTES``, else None.
-
-    O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; a regular file
-    ignores the flag.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_POOL_BYTES:
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, MAX_POOL_BYTES + 1 - size):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_POOL_BYTES:
-                return None  # grew after the fstat
-    finally:
-        os.close(fd)
-    try:
-        return b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def waiting_for(state_dir: Path) -> dict[str, str] | None:

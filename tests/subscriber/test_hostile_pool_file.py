@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import pytest
 from services.subscriber.turns import MAX_POOL_BYTES, SESSIONS_FILE, read_pool
 from tests.support.board import BoardClient, TaskdProcess
 
-from .test_loop_e2e import API, SubscriberProcess, board, head, subscriber  # noqa: F401 (fixtures)
+from .test_loop_e2e import API, TASKCTL, SubscriberProcess, board, head, subscriber  # noqa: F401 (fixtures)
 
 
 def read_with_deadline(state_dir: Path, unblock: Path | None = None, timeout: float = 5.0) -> object:
@@ -133,4 +134,45 @@ async def test_a_continue_lock_that_cannot_be_opened_defers_the_turn_without_los
     lock.rmdir()
     [woke] = await subscriber.wait_wakes(1)
     assert woke["revision"] == revision and "task_created" in woke["events"].split(","), woke
+    assert await subscriber.terminate() == 0
+
+
+# -- subscribe.state.json in the way ---------------------------------------------------------------
+
+
+def put_in_place(path: Path, what: str) -> None:
+    if what == "fifo":
+        os.mkfifo(path)
+    elif what == "nested":
+        path.write_text('{"revision": ' * 100_000)
+    elif what == "endless":
+        path.symlink_to("/dev/zero")
+    else:
+        raise AssertionError(what)
+
+
+@pytest.mark.parametrize("what", ["fifo", "nested", "endless"])
+def test_loop_status_of_a_state_file_in_the_way_is_not_running_at_once(tmp_path: Path, what: str) -> None:
+    state_dir = tmp_path / "loop"
+    state_dir.mkdir()
+    put_in_place(state_dir / "subscribe.state.json", what)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TASKLOOM_", "XDG_"))}
+    done = subprocess.run([TASKCTL, "loop", "status", "--state-dir", str(state_dir)], check=False,
+                          capture_output=True, text=True, env={**env, "TASKLOOM_NO_AUTOSTART": "1"}, timeout=20)
+    assert done.returncode == 3 and done.stdout.strip() == "not running", (done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("what", ["fifo", "nested", "endless"])
+async def test_a_state_file_in_the_way_at_start_is_a_rescan_not_a_hang_or_a_crash(
+    board: tuple[TaskdProcess, BoardClient], subscriber: SubscriberProcess, what: str  # noqa: F811
+) -> None:
+    path = subscriber.state_dir / "subscribe.state.json"
+    put_in_place(path, what)
+    await subscriber.start()
+    # A previous run's cursor that cannot be read: whatever it had not dealt with is owed one rescan.
+    [woke] = await subscriber.wait_wakes(1)
+    assert woke["events"] == "reset", woke
+    state = await subscriber.wait_state(lambda s: s.get("state") == "streaming", "the subscriber to stream", timeout=10)
+    assert state["pid"] == subscriber.process.pid  # type: ignore[union-attr]
+    assert path.is_file() and not path.is_symlink()
     assert await subscriber.terminate() == 0
