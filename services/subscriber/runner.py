@@ -117,6 +117,9 @@ class Subscriber:
         #: The floor of the wakes the running turn serves: a kill before it ends replays them.
         self._serving_floor: int | None = None
         self._serving: tuple[str, ...] = ()
+        #: The floor and wakes of a turn the stop terminated: owed again, whatever the driver records.
+        self._cut_floor: int | None = None
+        self._cut: tuple[str, ...] = ()
         #: Wake names a previous run had waiting or in a running turn when it stopped (or was
         #: killed): queued again at start, as replaying from ``resume_after`` cannot bring back a
         #: wake from a signal, which has no revision.
@@ -207,6 +210,10 @@ class Subscriber:
             await asyncio.gather(idle, abandon, return_exceptions=True)
         if not self._turn_idle.is_set():
             log.warning("turn_abandoned", reason="stopping")
+            # Terminated, the turn did not run to its end: its wakes stay owed to the next start
+            # (resume_after, pending_wakes), as after a SIGKILL. Kept apart, because the driver
+            # may still record the turn as ended (and so served) once its command is gone.
+            self._cut_floor, self._cut = self._serving_floor, self._serving
             await self.turns.stop()
 
     # -- following the hub --------------------------------------------------------------------
@@ -366,13 +373,13 @@ class Subscriber:
         """Where a restart must resume while a wake waits for its turn or is being served by one:
         below that wake's event, so a subscriber killed now (SIGKILL, the OOM killer, a host
         reset: no clean stop to say so) replays it rather than resuming past it. None when none."""
-        floors = [self._serving_floor, self._floor if self.coalescer.pending else None]
+        floors = [self._cut_floor, self._serving_floor, self._floor if self.coalescer.pending else None]
         return min((floor for floor in floors if floor is not None), default=None)
 
     def _pending_names(self) -> list[str]:
-        """The names of the wakes a restart must queue again: those of the running turn, then
-        those waiting (each once)."""
-        return list(dict.fromkeys((*self._serving, *self.coalescer.names)))
+        """The names of the wakes a restart must queue again: those of a turn the stop terminated
+        or of the running turn, then those waiting (each once)."""
+        return list(dict.fromkeys((*self._cut, *self._serving, *self.coalescer.names)))
 
     def _publish_pending(self) -> None:
         self.publisher.update(pending=self.coalescer.pending, resume_after=self._resume_after(),

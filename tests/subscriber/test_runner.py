@@ -285,6 +285,33 @@ async def test_abandon_terminates_a_running_turn(loop_env: Loop, tmp_path: Path)
     assert loop_env.state()["state"] == "stopped"
 
 
+async def test_a_turn_terminated_by_the_stop_is_owed_again_to_the_next_start(loop_env: Loop, tmp_path: Path) -> None:
+    # The turn outlives the stop's grace and is terminated: it did not run to its end, so the
+    # stopped record keeps its wake (resume_after below it, its name in pending_wakes), as a
+    # SIGKILL's record does; it used to publish the wake as served.
+    loop_env.start(command="sleep 30")
+    await loop_env.streaming()
+    await loop_env.make_task()
+    made = await loop_env.head()
+    subscriber = loop_env.subscriber
+    assert subscriber is not None
+
+    async def running() -> bool:
+        return subscriber.turns.running
+
+    await async_wait_until(running, what="the turn to start")
+    subscriber.abandon()
+    assert await asyncio.wait_for(loop_env.task, 10) == 0  # type: ignore[arg-type]
+    state = loop_env.state()
+    assert state["state"] == "stopped"
+    assert state["resume_after"] is not None and state["resume_after"] < made, state
+    assert "task_created" in state["pending_wakes"], state
+
+    loop_env.start(after=state["resume_after"])
+    [woke] = await loop_env.wait_wakes(1)
+    assert "task_created" in woke["events"].split(","), woke
+
+
 async def test_the_subscriber_never_writes_board_state(loop_env: Loop) -> None:
     loop_env.start()
     await loop_env.streaming()
