@@ -108,6 +108,8 @@ class Subscriber:
         self._turn_idle = asyncio.Event()
         self._turn_idle.set()
         self._opened = False
+        #: Whether a connection of this run has opened before: the next to open follows a gap.
+        self._followed = False
         #: We started live while the hub had not reached the board: writes made before it did
         #: may never reach us, so the first known revision brings one rescan wake.
         self._blind_start = False
@@ -274,6 +276,14 @@ class Subscriber:
             revision = None
         if kind == "open":
             self._opened = True
+            if self._followed:
+                # Our own link to the hub was down (a silence timeout, a laptop's sleep, a hub
+                # that went away): a card_unblocked or claim_stale the hub sent meanwhile reached
+                # nobody, and the replay brings rows back, never signals. One wake, as for the
+                # hub's own gap below, so the supervisor reads /breaches now.
+                log.info("wake", name=hp.SIGNALS_MISSED, reason="hub_link_reopened")
+                self._add_wake(self.cursor or 0, hp.SIGNALS_MISSED)
+            self._followed = True
             if self.cursor is None and revision is not None:
                 self._advance(revision)  # a live start: everything after the head is new to us
             elif self.cursor is None:
