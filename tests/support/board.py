@@ -335,12 +335,13 @@ class TaskdProcess:
         return (self.data_dir / "token").read_text().strip()
 
     def env(self) -> dict[str, str]:
+        # Under TASKLOOM_TEST_ENGINE=postgresql a board run as a user runs it serves a database
+        # too, as the in-process boards do (``start_board``); a test naming its own keeps it.
+        # Asked for first: the first ask starts the cluster, which sets PGPASSFILE.
+        database = database_for(self.data_dir)
         env = dict(os.environ)
         env["TASKLOOM_RUNTIME_DIR"] = str(self.runtime_dir)
         env["TASKLOOM_DATA_DIR"] = str(self.data_dir)
-        # Under TASKLOOM_TEST_ENGINE=postgresql a board run as a user runs it serves a database
-        # too, as the in-process boards do (``start_board``); a test naming its own keeps it.
-        database = database_for(self.data_dir)
         if database is not None:
             env.setdefault("TASKLOOM_DATABASE_URL", database)
         return env
