@@ -299,7 +299,9 @@ async def test_abandon_terminates_a_running_turn(loop_env: Loop, tmp_path: Path)
 async def test_a_turn_terminated_by_the_stop_is_owed_again_to_the_next_start(loop_env: Loop, tmp_path: Path) -> None:
     # The turn outlives the stop's grace and is terminated: it did not run to its end, so the
     # stopped record keeps its wake (resume_after below it, its name in pending_wakes), as a
-    # SIGKILL's record does; it used to publish the wake as served.
+    # SIGKILL's record does; it used to publish the wake as served. A plain stop (SIGTERM), not
+    # an abandon: the turn is terminated only once the grace has run out.
+    loop_env.timing = dataclasses.replace(FAST, stop_grace=0.3)
     loop_env.start(command="sleep 30")
     await loop_env.streaming()
     await loop_env.make_task()
@@ -311,8 +313,10 @@ async def test_a_turn_terminated_by_the_stop_is_owed_again_to_the_next_start(loo
         return subscriber.turns.running
 
     await async_wait_until(running, what="the turn to start")
-    subscriber.abandon()
-    assert await asyncio.wait_for(loop_env.task, 10) == 0  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        subscriber.request_stop()
+        assert await asyncio.wait_for(loop_env.task, 10) == 0  # type: ignore[arg-type]
+    assert [entry["reason"] for entry in logs if entry["event"] == "turn_abandoned"] == ["stopping"], logs
     state = loop_env.state()
     assert state["state"] == "stopped"
     assert state["resume_after"] is not None and state["resume_after"] < made, state
