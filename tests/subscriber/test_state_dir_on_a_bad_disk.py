@@ -70,6 +70,8 @@ async def test_a_full_disk_costs_the_state_files_freshness_not_the_wakes(
     # A second wake on the full disk still runs, and is not said again.
     assert (await client.post(f"{API}/tasks", {"project": "demo", "title": "Another"})).status == 201
     await subscriber.wait_wakes(2)
+    said = [e for e in log_events(subscriber) if e.get("event") == "state_file_unwritable"]
+    assert len(said) == 1, subscriber.log_tail()
 
     filler.unlink()
     last = await head(client)
