@@ -8,20 +8,9 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-import psycopg
-from psycopg import sql
 
 from shared.sse import SSEMessage, SSEParser
 from tests.support.board import TaskdProcess
-
-
-def set_connections(admin_url: str, database: str, *, allowed: bool) -> None:
-    """The server goes away for ``database`` (every session ended, new ones refused), or comes back."""
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(
-            sql.Identifier(database), sql.SQL("true" if allowed else "false")))
-        if not allowed:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
 
 
 def board_process(tmp_path: Path, name: str, url: str) -> TaskdProcess:

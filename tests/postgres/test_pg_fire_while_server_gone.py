@@ -12,9 +12,9 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.postgres.support_taskd import board_process, set_connections
+from tests.postgres.support_taskd import board_process
 from tests.support.board import BoardClient
-from tests.support.postgres import Cluster
+from tests.support.postgres import Cluster, cut_off, let_back
 from tests.support.waiting import async_wait_until
 
 
@@ -30,7 +30,6 @@ def fire_failures(log: Path) -> list[datetime]:
 async def test_a_deadline_due_while_the_server_is_away_is_tried_each_second_then_fires_once(
     tmp_path: Path, postgres_url: str, pg_cluster: Cluster,
 ) -> None:
-    database = postgres_url.rsplit("/", 1)[1]
     a = board_process(tmp_path, "a", postgres_url)
     b = board_process(tmp_path, "b", postgres_url)
     try:
@@ -41,7 +40,7 @@ async def test_a_deadline_due_while_the_server_is_away_is_tried_each_second_then
             card = (await on_a.post("/api/v1/tasks", {"project": "demo", "title": "due while away"})).body
             claimed = await on_a.as_actor("claude", "worker").post(f"/api/v1/tasks/{card['id']}/claim", {})
             assert claimed.status == 200, claimed.body
-            set_connections(pg_cluster.admin_url, database, allowed=False)  # before the deadline, a second away
+            cut_off(pg_cluster.admin_url, postgres_url)  # before the deadline, a second away
             try:
                 for process in (a, b):  # both armed it (b from a's commit): both try, neither spins
 
@@ -53,7 +52,7 @@ async def test_a_deadline_due_while_the_server_is_away_is_tried_each_second_then
                     gap = (failures[1] - failures[0]).total_seconds()
                     assert gap >= 0.5, f"tried again {gap * 1000:.1f} ms after a failure, not a second"
             finally:
-                set_connections(pg_cluster.admin_url, database, allowed=True)
+                let_back(pg_cluster.admin_url, postgres_url)
 
             async def breached() -> list[dict[str, str]] | None:
                 reply = await on_b.get("/api/v1/breaches?project=demo")

@@ -10,16 +10,15 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.postgres.support_taskd import board_process, set_connections
+from tests.postgres.support_taskd import board_process
 from tests.support.board import BoardClient
-from tests.support.postgres import Cluster
+from tests.support.postgres import Cluster, cut_off, let_back
 from tests.support.waiting import async_wait_until
 
 
 async def test_a_logout_refused_while_the_server_is_away_changes_nothing_and_its_retry_ends_the_session_everywhere(
     tmp_path: Path, postgres_url: str, pg_cluster: Cluster,
 ) -> None:
-    database = postgres_url.rsplit("/", 1)[1]
     a = board_process(tmp_path, "a", postgres_url)
     b = board_process(tmp_path, "b", postgres_url)
     try:
@@ -34,14 +33,14 @@ async def test_a_logout_refused_while_the_server_is_away_changes_nothing_and_its
                                            json={} if method == "POST" else None) as reply:
                     return reply.status, await reply.text()
 
-            set_connections(pg_cluster.admin_url, database, allowed=False)
+            cut_off(pg_cluster.admin_url, postgres_url)
             try:
                 status, body = await with_cookie("POST", f"{a.url}/api/v1/logout")
                 assert status == 503 and "STORE_UNAVAILABLE" in body, body
                 # Refused: the session is what it was, on the process that refused it too.
                 assert (await with_cookie("GET", f"{a.url}/api/v1/board/status"))[0] != 401
             finally:
-                set_connections(pg_cluster.admin_url, database, allowed=True)
+                let_back(pg_cluster.admin_url, postgres_url)
 
             async def logged_out() -> str | None:
                 status, body = await with_cookie("POST", f"{a.url}/api/v1/logout")
