@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+import structlog
+
 from shared.errors import TaskloomError
 
 from .files import write_atomic
@@ -41,6 +43,8 @@ from .store import SecretChanged
 
 if TYPE_CHECKING:
     from .store import SharedSecrets
+
+log = structlog.get_logger("taskd.auth")
 
 TOKEN_PREFIX = "tl_"
 #: Every board's cookie name starts so; the board id follows (``session_cookie_name``).
@@ -253,9 +257,14 @@ class Credentials:
         self._revoked[session.nonce] = revoked_until
         if self.shared is not None:
             # A revocation outlives its session by nothing: past the session's own deadline the
-            # cookie is refused anyway, so the row goes (a bounded number per logout).
-            await loop.run_in_executor(None, functools.partial(
-                self.shared.drop_expired_secrets, REVOKED_PREFIX, now, at_most=SWEEP_AT_MOST))
+            # cookie is refused anyway, so the row goes (a bounded number per logout). Only
+            # housekeeping: the logout is done, and the database going away now must not answer
+            # it 503, whose retry this process would then refuse as logged out (401).
+            try:
+                await loop.run_in_executor(None, functools.partial(
+                    self.shared.drop_expired_secrets, REVOKED_PREFIX, now, at_most=SWEEP_AT_MOST))
+            except TaskloomError as exc:
+                log.warning("revocation_sweep_failed", error=exc.code, hint="the next logout sweeps them")
         if self._revoked_path is None:
             return
         async with self._saving:  # one writer at a time, each writing the newest list

@@ -14,6 +14,7 @@ import psycopg
 
 from services.board import auth
 from services.board.keys import CREDENTIALS
+from shared.errors import TaskloomError
 from tests.support.board import BoardClient, RunningBoard, start_board
 
 API = "/api/v1"
@@ -157,3 +158,32 @@ async def test_a_token_rotation_ends_the_login_links_minted_before_it(
         assert await redeem(other, http, after) == 302, "a link minted after the rotation works anywhere"
     finally:
         await other.runner.cleanup()
+
+
+# -- a logout on a shared database ------------------------------------------------------------------
+
+
+class SweepRefused:
+    """A shared database that takes the revocation, then goes away before the sweep after it."""
+
+    def __init__(self) -> None:
+        self.written: dict[str, str] = {}
+
+    def write_secret(self, key: str, value: str, **_: object) -> str:
+        self.written[key] = value
+        return value
+
+    def drop_expired_secrets(self, prefix: str, now: float, *, at_most: int) -> int:
+        raise TaskloomError("STORE_UNAVAILABLE", "the database server went away")
+
+
+async def test_a_logout_whose_sweep_the_database_refuses_is_still_done() -> None:
+    """The revocation is written: the sweep of expired ones after it is housekeeping, and a 503
+    for it would send a retry that this process refuses as logged out (401)."""
+    credentials = auth.Credentials(auth.new_token())
+    shared = SweepRefused()
+    credentials.shared = shared  # type: ignore[assignment]
+    session = auth.Session(nonce="n" * 22, issued=int(credentials.clock()), seen=int(credentials.clock()))
+    await credentials.end_session(session)
+    assert credentials.is_revoked(session.nonce)
+    assert list(shared.written) == [auth.REVOKED_PREFIX + session.nonce]
