@@ -319,3 +319,31 @@ def test_every_writer_leaves_no_temp_when_the_rename_fails(
     monkeypatch.undo()
     assert [p.name for p in tmp_path.iterdir()] == ["file.json"]
     assert _holds(target, 1)
+
+
+# -- reading a file another process writes ------------------------------------------------------
+
+
+def test_a_small_regular_file_is_read_through_a_symlink(files: ModuleType, tmp_path: Path) -> None:
+    real = tmp_path / "real.json"
+    real.write_bytes(b"x" * 10)
+    (tmp_path / "link.json").symlink_to(real)
+    assert files.read_small_file(tmp_path / "link.json", 10) == b"x" * 10
+
+
+@pytest.mark.parametrize("what", ["fifo", "device", "directory", "too-big"])
+def test_what_is_no_small_regular_file_is_refused_at_once(files: ModuleType, tmp_path: Path, what: str) -> None:
+    """Never waited on (a FIFO with no writer), never read to its end (``/dev/zero``): the
+    ``NotARegularFile`` the readers count as any file they cannot read (an ``OSError``)."""
+    path = tmp_path / "in-the-way"
+    if what == "fifo":
+        os.mkfifo(path)
+    elif what == "device":
+        path.symlink_to("/dev/zero")
+    elif what == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(b"x" * 11)
+    with pytest.raises(files.NotARegularFile):
+        files.read_small_file(path, 10)
+    assert issubclass(files.NotARegularFile, OSError)
