@@ -39,7 +39,7 @@ import structlog
 from shared.errors import TaskloomError
 
 from .files import write_atomic
-from .store import SecretChanged
+from .store import SecretChanged, disk_refused
 
 if TYPE_CHECKING:
     from .store import SharedSecrets
@@ -253,8 +253,11 @@ class Credentials:
             # one still accepted the cookie.
             await loop.run_in_executor(None, functools.partial(
                 self.shared.write_secret, REVOKED_PREFIX + session.nonce, str(revoked_until), notify_token=True))
-        self._revoked = {nonce: until for nonce, until in self._revoked.items() if until > now}
-        self._revoked[session.nonce] = revoked_until
+        if self._revoked_path is not None:
+            await self._save_revocation(session.nonce, revoked_until, now)
+        else:
+            self._revoked = {nonce: until for nonce, until in self._revoked.items() if until > now}
+            self._revoked[session.nonce] = revoked_until
         if self.shared is not None:
             # A revocation outlives its session by nothing: past the session's own deadline the
             # cookie is refused anyway, so the row goes (a bounded number per logout). Only
@@ -265,13 +268,24 @@ class Credentials:
                     self.shared.drop_expired_secrets, REVOKED_PREFIX, now, at_most=SWEEP_AT_MOST))
             except TaskloomError as exc:
                 log.warning("revocation_sweep_failed", error=exc.code, hint="the next logout sweeps them")
-        if self._revoked_path is None:
-            return
+
+    async def _save_revocation(self, nonce: str, revoked_until: int, now: float) -> None:
+        """The revocations file with ``nonce`` in it, then the session refused here: the disk
+        first, as the database first above. A disk that refuses the file (full, read-only) is a
+        503 that leaves the session as it was, so the person's retry ends it for good; refused in
+        memory first, the retry met 401 and the next start took the cookie again."""
+        assert self._revoked_path is not None
         async with self._saving:  # one writer at a time, each writing the newest list
-            # fsync off the loop: a slow disk must not stall every open stream.
-            await asyncio.get_running_loop().run_in_executor(
-                None, save_revocations, self._revoked_path, dict(self._revoked)
-            )
+            revoked = {held: until for held, until in self._revoked.items() if until > now}
+            revoked[nonce] = revoked_until
+            try:
+                # fsync off the loop: a slow disk must not stall every open stream.
+                await asyncio.get_running_loop().run_in_executor(None, save_revocations, self._revoked_path, revoked)
+            except OSError as exc:
+                raise disk_refused(exc, f"could not write {self._revoked_path}", then="; you are still logged in",
+                                   hint="free space on the board's disk, then log out again") from None
+            # What another process's revocations brought meanwhile (``merge_revocations``) stays.
+            self._revoked = {held: until for held, until in {**self._revoked, nonce: revoked_until}.items() if until > now}
 
     def new_login_code(self, *, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now

@@ -29,6 +29,7 @@ from tests.support.board import (
     row_counts,
     start_board,
 )
+from tests.support.disks import fill, tmpfs
 from tests.support.sessions import cookie_name, log_in, set_cookies
 from tests.support.waiting import wait_until
 
@@ -199,6 +200,35 @@ async def test_logout_ends_the_session_on_the_board_and_across_a_restart(
         assert (await with_cookie(board, http, staying)).status == 200
     finally:
         await board.runner.cleanup()
+
+
+async def test_a_logout_the_disk_refuses_leaves_the_session_as_it_was(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """A logout whose revocation the full disk would not take is refused, and changes nothing:
+    the cookie still works, so the person's retry (once there is room) ends the session for good.
+    The session used to be refused in memory before the file was written: the retry met 401
+    and could not log out, and the next start, with no revocation on disk, took the cookie again."""
+    with tmpfs(tmp_path / "disk", "8m") as disk:
+        data = disk / "data"
+        board = await start_board(data)
+        try:
+            leaving = await log_in(board, http)
+            filler = fill(disk)
+            refused = await with_cookie(board, http, leaving, "POST", f"{API}/logout")
+            assert refused.status == 503, (refused.status, refused.body)
+            assert (await with_cookie(board, http, leaving)).status == 200, "the refused logout ended nothing"
+            filler.unlink()
+            done = await with_cookie(board, http, leaving, "POST", f"{API}/logout")
+            assert done.status == 200 and done.body == {"logged_out": True}, done.body
+            assert (await with_cookie(board, http, leaving)).error == "UNAUTHORIZED"
+        finally:
+            await board.runner.cleanup()
+        board = await start_board(data)
+        try:
+            assert (await with_cookie(board, http, leaving)).error == "UNAUTHORIZED", "a restart does not revive it"
+        finally:
+            await board.runner.cleanup()
 
 
 async def test_logout_closes_the_streams_that_session_opened(
