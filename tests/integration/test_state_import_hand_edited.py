@@ -13,7 +13,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.support.board import API, BoardClient, RunningBoard, make_task
-from tests.support.state_files import assert_nothing_imported, encode, exported
+from tests.support.state_files import assert_refused, exported
 
 pytestmark = pytest.mark.asyncio
 
@@ -39,11 +39,7 @@ async def test_an_identifier_that_is_not_its_number_is_refused_naming_its_line(
     task = task_lines(records)[0]
     assert task["number"] == 1 and task["identifier"] == "DEMO-0001"
     task["identifier"] = "DEMO-0002"
-    board, other = empty_board
-    imported = await other.request("POST", f"{API}/state", data=encode(records))
-    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
-    await assert_nothing_imported(board)
+    await assert_refused(empty_board, records, line=task_line(records))
 
 
 async def test_a_heartbeat_that_is_not_a_timestamp_is_refused_naming_its_line(
@@ -56,11 +52,7 @@ async def test_a_heartbeat_that_is_not_a_timestamp_is_refused_naming_its_line(
     assert (await client.post(f"{API}/tasks/{task['id']}/claim", {})).status == 200
     records = await exported(client)
     task_lines(records)[0]["heartbeat_at"] = "yesterday"
-    board, other = empty_board
-    imported = await other.request("POST", f"{API}/state", data=encode(records))
-    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
-    await assert_nothing_imported(board)
+    await assert_refused(empty_board, records, line=task_line(records))
 
 
 async def test_a_terminal_at_that_is_not_a_timestamp_is_refused_naming_its_line(
@@ -75,11 +67,7 @@ async def test_a_terminal_at_that_is_not_a_timestamp_is_refused_naming_its_line(
     row = task_lines(records)[0]
     assert row["status"] == "canceled" and row["terminal_at"] is not None
     row["terminal_at"] = "last week"
-    board, other = empty_board
-    imported = await other.request("POST", f"{API}/state", data=encode(records))
-    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
-    await assert_nothing_imported(board)
+    await assert_refused(empty_board, records, line=task_line(records))
 
 
 async def test_a_holder_past_the_actor_limit_is_refused_naming_its_line(
@@ -96,11 +84,7 @@ async def test_a_holder_past_the_actor_limit_is_refused_naming_its_line(
     row = task_lines(records)[0]
     row["claimed_by"] = "x" * 100_000
     row["heartbeat_at"] = "2020-01-01T00:00:00.000Z"
-    board, other = empty_board
-    imported = await other.request("POST", f"{API}/state", data=encode(records))
-    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
-    await assert_nothing_imported(board)
+    await assert_refused(empty_board, records, line=task_line(records))
 
 
 async def test_an_attachment_name_with_a_path_is_refused_whole(
@@ -119,10 +103,7 @@ async def test_an_attachment_name_with_a_path_is_refused_whole(
     refused = await client.request("PUT", f"{API}/attachments/{added.body['id']}?filename={quote('../../x')}",
                                    data=b"the notes", headers={"Content-Type": "text/plain"})
     assert refused.status == 400, "the board's own write refuses that name: the test stands on it"
-    board, other = empty_board
-    imported = await other.request("POST", f"{API}/state", data=encode(records))
-    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    await assert_nothing_imported(board)
+    await assert_refused(empty_board, records, line=None)
 
 
 @pytest.mark.parametrize("content_type", ["", "  text/plain  "])
@@ -139,12 +120,8 @@ async def test_a_content_type_no_upload_stores_is_refused_whole(
     records = await exported(client)
     attachment = next(record for record in records if record["kind"] == "attachment")
     attachment["row"]["content_type"] = content_type
-    board, other = empty_board
-    imported = await other.request("POST", f"{API}/state", data=encode(records))
-    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
     line = next(number for number, record in enumerate(records, start=1) if record["kind"] == "attachment")
-    assert imported.body["error"]["details"].get("line") == line, imported.body
-    await assert_nothing_imported(board)
+    await assert_refused(empty_board, records, line=line)
 
 
 async def test_a_task_id_that_is_not_a_board_made_id_is_refused_naming_its_line(
@@ -162,11 +139,7 @@ async def test_a_task_id_that_is_not_a_board_made_id_is_refused_naming_its_line(
         for name, value in record.get("row", {}).items():
             if value == old_id:
                 record["row"][name] = first["identifier"]
-    board, other = empty_board
-    imported = await other.request("POST", f"{API}/state", data=encode(records))
-    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    assert imported.body["error"]["details"].get("line") == task_line(records) + 1, imported.body
-    await assert_nothing_imported(board)
+    await assert_refused(empty_board, records, line=task_line(records) + 1)
 
 
 @pytest.mark.parametrize("labels", [["UI"], [" ui"], ["ui", "ui"], ["école"]])
@@ -180,11 +153,7 @@ async def test_task_labels_no_write_stores_are_refused_naming_the_line(
     await make_task(client, labels=["ui"])
     records = await exported(client)
     task_lines(records)[0]["labels"] = labels
-    board, other = empty_board
-    imported = await other.request("POST", f"{API}/state", data=encode(records))
-    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
-    await assert_nothing_imported(board)
+    await assert_refused(empty_board, records, line=task_line(records))
 
 
 async def test_a_label_name_no_write_stores_is_refused_naming_the_line(
@@ -194,11 +163,7 @@ async def test_a_label_name_no_write_stores_is_refused_naming_the_line(
     records = await exported(client)
     at = next(number for number, record in enumerate(records, start=1) if record["kind"] == "label")
     records[at - 1]["row"]["name"] = "é"  # lower(trim()) leaves it be: the schema's check passes it
-    board, other = empty_board
-    imported = await other.request("POST", f"{API}/state", data=encode(records))
-    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    assert imported.body["error"]["details"].get("line") == at, imported.body
-    await assert_nothing_imported(board)
+    await assert_refused(empty_board, records, line=at)
 
 
 @pytest.mark.parametrize("half", [{"claimed_by_kind": None}, {"claimed_by": None}])
@@ -213,11 +178,7 @@ async def test_a_holder_without_its_kind_is_refused_naming_its_line(
     assert claimed.status == 200, claimed.body
     records = await exported(client)
     task_lines(records)[0].update(half)
-    board, other = empty_board
-    imported = await other.request("POST", f"{API}/state", data=encode(records))
-    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    assert imported.body["error"]["details"].get("line") == task_line(records), imported.body
-    await assert_nothing_imported(board)
+    await assert_refused(empty_board, records, line=task_line(records))
 
 
 #: One field of one line set to a value no write leaves, each with the kind of the line it is on.
@@ -249,8 +210,4 @@ async def test_a_value_no_write_leaves_is_refused_naming_its_line(
     records = await exported(client)
     at = next(number for number, record in enumerate(records, start=1) if record["kind"] == kind)
     records[at - 1]["row"].update(edit)
-    board, other = empty_board
-    imported = await other.request("POST", f"{API}/state", data=encode(records))
-    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
-    assert imported.body["error"]["details"].get("line") == at, imported.body
-    await assert_nothing_imported(board)
+    await assert_refused(empty_board, records, line=at)

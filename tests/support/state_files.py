@@ -32,3 +32,15 @@ async def assert_nothing_imported(board: RunningBoard) -> None:
         return
     blobs = board.app[SETTINGS].attachments_dir
     assert not blobs.exists() or not any(path.is_file() for path in blobs.rglob("*"))
+
+
+async def assert_refused(empty_board: tuple[RunningBoard, BoardClient], records: list[dict[str, Any]],
+                         *, line: int | None) -> None:
+    """``records`` imported into the empty board: refused whole, 400 VALIDATION_FAILED naming
+    ``line`` (when given), and nothing written."""
+    board, other = empty_board
+    imported = await other.request("POST", f"{API}/state", data=encode(records))
+    assert imported.status == 400 and imported.error == "VALIDATION_FAILED", (imported.status, imported.body)
+    if line is not None:
+        assert imported.body["error"]["details"].get("line") == line, imported.body
+    await assert_nothing_imported(board)
